@@ -1,0 +1,106 @@
+"""Atomic file and directory writes: another stage (or a restarted one) never sees half a file.
+
+Every writer goes to a temporary name in the destination's directory, is flushed and fsynced, then
+renamed over the destination; the directory is fsynced so the rename itself survives a crash.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+
+def fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _fsync_file(path: Path) -> None:
+    with open(path, "rb") as f:
+        os.fsync(f.fileno())
+
+
+@contextlib.contextmanager
+def atomic_path(dest: Path | str) -> Iterator[Path]:
+    """Yield a temporary path next to `dest`; on success it replaces `dest`, on error it vanishes.
+
+    For writers that want a filename (numpy, safetensors, torch.save).
+    """
+    dest = Path(dest)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent)
+    os.close(fd)
+    tmp_path = Path(tmp)
+    try:
+        yield tmp_path
+        _fsync_file(tmp_path)
+        os.replace(tmp_path, dest)
+        fsync_dir(dest.parent)
+    except BaseException:
+        tmp_path.unlink(missing_ok=True)
+        raise
+
+
+def write_bytes(dest: Path | str, data: bytes) -> None:
+    with atomic_path(dest) as tmp:
+        tmp.write_bytes(data)
+
+
+def write_text(dest: Path | str, text: str) -> None:
+    write_bytes(dest, text.encode("utf-8"))
+
+
+def write_json(dest: Path | str, obj: Any) -> None:
+    write_text(dest, json.dumps(obj, indent=2, sort_keys=True) + "\n")
+
+
+def append_jsonl(dest: Path | str, obj: Any) -> None:
+    """Append one JSON line with a single write, then fsync: a crash loses at most that line."""
+    dest = Path(dest)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    line = (json.dumps(obj, ensure_ascii=False, sort_keys=True) + "\n").encode("utf-8")
+    fd = os.open(dest, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, line)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+@contextlib.contextmanager
+def staged_dir(dest: Path | str) -> Iterator[Path]:
+    """Yield an empty staging directory next to `dest`; on success it becomes `dest`.
+
+    An existing `dest` is replaced only after the new one is complete; on error the staging
+    directory is removed and `dest` is left as it was.
+    """
+    dest = Path(dest)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    stage = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", suffix=".staging", dir=dest.parent))
+    try:
+        yield stage
+        for f in stage.rglob("*"):
+            if f.is_file():
+                _fsync_file(f)
+        fsync_dir(stage)
+        if dest.exists():
+            old = dest.with_name(f".{dest.name}.old")
+            shutil.rmtree(old, ignore_errors=True)
+            os.replace(dest, old)
+            os.replace(stage, dest)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(stage, dest)
+        fsync_dir(dest.parent)
+    except BaseException:
+        shutil.rmtree(stage, ignore_errors=True)
+        raise

@@ -1,0 +1,222 @@
+"""A decoder-only GPT, in the shape of GPT-2, in one file that reads top to bottom.
+
+Token and position embeddings, pre-LayerNorm transformer blocks (causal self-attention, then an
+MLP), a final LayerNorm and a language-model head that shares its weight with the token
+embedding. Attention runs through `scaled_dot_product_attention`, which picks flash or
+memory-efficient kernels where the device has them. A `KVCache` lets generation feed one new
+token at a time instead of the whole context.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+@dataclass
+class GPTConfig:
+    vocab_size: int = 50304
+    """Number of token ids the model embeds: the tokenizer's vocabulary size."""
+    block_size: int = 256
+    """Context window: the most tokens the model attends over at once."""
+    n_layer: int = 6
+    """Number of transformer blocks."""
+    n_head: int = 6
+    """Attention heads per block; must divide n_embd."""
+    n_embd: int = 384
+    """Width of the residual stream (embedding dimension)."""
+    dropout: float = 0.0
+    """Dropout probability on embeddings, attention and residual branches while training."""
+    bias: bool = False
+    """Bias terms in linear layers and LayerNorms (GPT-2 has them; without is a little faster)."""
+
+    def __post_init__(self) -> None:
+        for name in ("vocab_size", "block_size", "n_layer", "n_head", "n_embd"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"--{name} {value!r}: must be a positive integer")
+        if self.n_embd % self.n_head:
+            raise ValueError(
+                f"--n_embd {self.n_embd}: must be divisible by --n_head {self.n_head}"
+            )
+        if not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"--dropout {self.dropout!r}: must be in [0, 1)")
+
+
+class KVCache:
+    """Keys and values of every layer for the tokens seen so far.
+
+    Preallocated to the context window so decoding never reallocates; `pos` counts the tokens
+    already stored. The model writes each layer's new keys/values at `pos`, then `advance`s.
+    """
+
+    def __init__(self, config: GPTConfig, batch_size: int, device, dtype) -> None:
+        head_dim = config.n_embd // config.n_head
+        shape = (config.n_layer, batch_size, config.n_head, config.block_size, head_dim)
+        self.k = torch.zeros(shape, device=device, dtype=dtype)
+        self.v = torch.zeros(shape, device=device, dtype=dtype)
+        self.pos = 0
+
+    @property
+    def capacity(self) -> int:
+        return self.k.size(3)
+
+    def store(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Write this step's (B, nh, T, hs) keys/values; return all of them so far, (B, nh, pos+T, hs)."""
+        end = self.pos + k.size(2)
+        self.k[layer, :, :, self.pos : end] = k
+        self.v[layer, :, :, self.pos : end] = v
+        return self.k[layer, :, :, :end], self.v[layer, :, :, :end]
+
+    def advance(self, n: int) -> None:
+        self.pos += n
+
+    def reset(self) -> None:
+        self.pos = 0
+
+
+class CausalSelfAttention(nn.Module):
+    def __init__(self, config: GPTConfig) -> None:
+        super().__init__()
+        self.n_head = config.n_head
+        self.n_embd = config.n_embd
+        self.dropout = config.dropout
+        # query, key and value projections for all heads in one matmul
+        self.c_attn = nn.Linear(config.n_embd, 3 * config.n_embd, bias=config.bias)
+        self.c_proj = nn.Linear(config.n_embd, config.n_embd, bias=config.bias)
+        self.resid_dropout = nn.Dropout(config.dropout)
+
+    def forward(self, x: torch.Tensor, cache: KVCache | None, layer: int) -> torch.Tensor:
+        B, T, C = x.size()
+        q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
+        q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)  # (B, nh, T, hs)
+        k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)  # (B, nh, T, hs)
+        v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)  # (B, nh, T, hs)
+        dropout_p = self.dropout if self.training else 0.0
+        if cache is None:
+            y = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True)
+        else:
+            k, v = cache.store(layer, k, v)  # (B, nh, L, hs), L = cached + T
+            L = k.size(2)
+            # SDPA's is_causal aligns the mask top-left, which is wrong when the queries are the
+            # last T of L positions; a single new token may attend to everything, so needs none.
+            mask = None
+            if T > 1:
+                mask = torch.ones(T, L, dtype=torch.bool, device=x.device).tril(diagonal=L - T)
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
+        y = y.transpose(1, 2).contiguous().view(B, T, C)  # re-assemble all heads side by side
+        return self.resid_dropout(self.c_proj(y))
+
+
+class MLP(nn.Module):
+    def __init__(self, config: GPTConfig) -> None:
+        super().__init__()
+        self.c_fc = nn.Linear(config.n_embd, 4 * config.n_embd, bias=config.bias)
+        self.gelu = nn.GELU()
+        self.c_proj = nn.Linear(4 * config.n_embd, config.n_embd, bias=config.bias)
+        self.dropout = nn.Dropout(config.dropout)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.dropout(self.c_proj(self.gelu(self.c_fc(x))))
+
+
+class Block(nn.Module):
+    def __init__(self, config: GPTConfig) -> None:
+        super().__init__()
+        self.ln_1 = nn.LayerNorm(config.n_embd, bias=config.bias)
+        self.attn = CausalSelfAttention(config)
+        self.ln_2 = nn.LayerNorm(config.n_embd, bias=config.bias)
+        self.mlp = MLP(config)
+
+    def forward(self, x: torch.Tensor, cache: KVCache | None, layer: int) -> torch.Tensor:
+        x = x + self.attn(self.ln_1(x), cache, layer)
+        x = x + self.mlp(self.ln_2(x))
+        return x
+
+
+class GPT(nn.Module):
+    def __init__(self, config: GPTConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.transformer = nn.ModuleDict(
+            dict(
+                wte=nn.Embedding(config.vocab_size, config.n_embd),
+                wpe=nn.Embedding(config.block_size, config.n_embd),
+                drop=nn.Dropout(config.dropout),
+                h=nn.ModuleList([Block(config) for _ in range(config.n_layer)]),
+                ln_f=nn.LayerNorm(config.n_embd, bias=config.bias),
+            )
+        )
+        self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
+        # Weight tying: the token embedding and the output projection are one matrix, which
+        # saves vocab_size * n_embd parameters and helps small models generalise.
+        self.transformer.wte.weight = self.lm_head.weight
+        self.apply(self._init_weights)
+        # GPT-2: scale the residual projections by 1/sqrt(2 * n_layer) so the residual stream's
+        # variance does not grow with depth (two residual additions per block).
+        for name, p in self.named_parameters():
+            if name.endswith("c_proj.weight"):
+                nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * config.n_layer))
+
+    def _init_weights(self, module: nn.Module) -> None:
+        if isinstance(module, nn.Linear):
+            nn.init.normal_(module.weight, mean=0.0, std=0.02)
+            if module.bias is not None:
+                nn.init.zeros_(module.bias)
+        elif isinstance(module, nn.Embedding):
+            nn.init.normal_(module.weight, mean=0.0, std=0.02)
+
+    def num_params(self, non_embedding: bool = True) -> int:
+        """Parameter count; position embeddings excluded by default (the token embedding is
+        counted once, as the tied output head, because it does compute)."""
+        n = sum(p.numel() for p in self.parameters())
+        if non_embedding:
+            n -= self.transformer.wpe.weight.numel()
+        return n
+
+    def flops_per_token(self) -> float:
+        """Training FLOPs per token (forward + backward), as in the PaLM paper's appendix B."""
+        cfg = self.config
+        n_params = self.num_params()
+        attn = 12 * cfg.n_layer * cfg.n_embd * cfg.block_size
+        return 6 * n_params + attn
+
+    def new_cache(self, batch_size: int = 1) -> KVCache:
+        p = self.lm_head.weight
+        return KVCache(self.config, batch_size, device=p.device, dtype=p.dtype)
+
+    def forward(
+        self,
+        idx: torch.Tensor,
+        targets: torch.Tensor | None = None,
+        cache: KVCache | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Logits for every position of `idx` (B, T), and the mean cross-entropy if `targets`.
+
+        With a `cache`, `idx` continues the sequence already in it: positions start at
+        `cache.pos`, and the cache advances by T.
+        """
+        B, T = idx.size()
+        start = cache.pos if cache is not None else 0
+        if start + T > self.config.block_size:
+            raise ValueError(
+                f"sequence of {start + T} tokens exceeds block_size {self.config.block_size}"
+            )
+        pos = torch.arange(start, start + T, dtype=torch.long, device=idx.device)  # (T,)
+        tok_emb = self.transformer.wte(idx)  # (B, T, C)
+        pos_emb = self.transformer.wpe(pos)  # (T, C)
+        x = self.transformer.drop(tok_emb + pos_emb)  # (B, T, C)
+        for layer, block in enumerate(self.transformer.h):
+            x = block(x, cache, layer)
+        x = self.transformer.ln_f(x)
+        logits = self.lm_head(x)  # (B, T, vocab_size)
+        if cache is not None:
+            cache.advance(T)
+        loss = None
+        if targets is not None:
+            loss = F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1))
+        return logits, loss

@@ -1,0 +1,1 @@
+"""The KFP pipeline that chains load-corpus -> train-gpt -> generative-prompt."""

@@ -1,0 +1,25 @@
+"""Shared fixtures. Tests that need ../shared skip with a reason when it is absent."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+PROJECT = Path(__file__).resolve().parent.parent
+SHARED = PROJECT.parent / "shared"
+
+
+@pytest.fixture(scope="session")
+def shared() -> Path:
+    if not SHARED.is_dir():
+        pytest.skip(f"{SHARED} is absent (the shared material lives beside the project in CI)")
+    return SHARED
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> Path:
+    """A fresh run root (what /gpt is on the cluster)."""
+    r = tmp_path / "root"
+    r.mkdir()
+    return r

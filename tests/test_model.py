@@ -1,0 +1,103 @@
+"""The GPT model: shapes, causality, KV cache equivalence, config validation."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from gpt.model import GPT, GPTConfig
+
+TINY = dict(vocab_size=67, block_size=16, n_layer=2, n_head=2, n_embd=32)
+
+
+@pytest.fixture
+def model() -> GPT:
+    torch.manual_seed(0)
+    return GPT(GPTConfig(**TINY)).eval()
+
+
+def test_logits_and_loss_shapes(model: GPT) -> None:
+    idx = torch.randint(0, 67, (3, 10))
+    logits, loss = model(idx, targets=idx)
+    assert logits.shape == (3, 10, 67)
+    assert loss.ndim == 0 and torch.isfinite(loss)
+    # an untrained model is close to uniform: loss near ln(vocab)
+    assert abs(loss.item() - torch.log(torch.tensor(67.0)).item()) < 0.5
+
+
+def test_future_tokens_do_not_change_past_logits(model: GPT) -> None:
+    idx = torch.randint(0, 67, (1, 12))
+    changed = idx.clone()
+    changed[0, 8:] = (changed[0, 8:] + 1) % 67
+    a, _ = model(idx)
+    b, _ = model(changed)
+    torch.testing.assert_close(a[:, :8], b[:, :8])
+    assert not torch.allclose(a[:, 8:], b[:, 8:])
+
+
+def test_kv_cache_logits_equal_full_forward(model: GPT) -> None:
+    idx = torch.randint(0, 67, (2, 16))
+    full, _ = model(idx)
+    cache = model.new_cache(batch_size=2)
+    prefill, _ = model(idx[:, :9], cache=cache)  # prefill 9 tokens
+    steps = [model(idx[:, t : t + 1], cache=cache)[0] for t in range(9, 13)]  # decode 4, one by one
+    chunk, _ = model(idx[:, 13:], cache=cache)  # then 3 at once at an offset
+    torch.testing.assert_close(torch.cat([prefill, *steps, chunk], dim=1), full, atol=1e-5, rtol=1e-4)
+    assert cache.pos == 16
+
+
+def test_cache_refuses_to_overflow_the_context(model: GPT) -> None:
+    cache = model.new_cache()
+    model(torch.zeros(1, 16, dtype=torch.long), cache=cache)
+    with pytest.raises(ValueError, match="block_size"):
+        model(torch.zeros(1, 1, dtype=torch.long), cache=cache)
+
+
+def test_output_head_is_tied_to_token_embedding(model: GPT) -> None:
+    assert model.lm_head.weight.data_ptr() == model.transformer.wte.weight.data_ptr()
+
+
+@pytest.mark.parametrize(
+    "override, flag",
+    [
+        (dict(n_embd=30, n_head=4), "--n_embd"),
+        (dict(n_layer=0), "--n_layer"),
+        (dict(block_size=-1), "--block_size"),
+        (dict(dropout=1.0), "--dropout"),
+        (dict(dropout=-0.1), "--dropout"),
+        (dict(vocab_size=2.5), "--vocab_size"),
+    ],
+)
+def test_config_validation_names_the_flag(override: dict, flag: str) -> None:
+    with pytest.raises(ValueError, match=flag):
+        GPTConfig(**{**TINY, **override})
+
+
+def test_export_round_trip_keeps_weights_and_tie(tmp_path, model: GPT) -> None:
+    from gpt.export import load_export, save_export
+
+    save_export(model, {"kind": "char", "chars": "ab"}, tmp_path / "model")
+    loaded, tok = load_export(tmp_path / "model")
+    assert tok == {"kind": "char", "chars": "ab"}
+    for (name, a), (_, b) in zip(model.state_dict().items(), loaded.state_dict().items(), strict=True):
+        torch.testing.assert_close(a, b, msg=name)
+    assert loaded.lm_head.weight.data_ptr() == loaded.transformer.wte.weight.data_ptr()
+
+
+def test_export_refuses_a_pickle_in_place_of_safetensors(tmp_path, monkeypatch, model: GPT) -> None:
+    import pickle
+
+    from gpt.errors import InputError
+    from gpt.export import load_export, save_export
+
+    monkeypatch.chdir(tmp_path)  # where the payload would write if it ever ran
+    save_export(model, {"kind": "char"}, tmp_path / "model")
+
+    class Evil:
+        def __reduce__(self):
+            return (exec, ("open('pwned', 'w').write('x')",))
+
+    (tmp_path / "model" / "model.safetensors").write_bytes(pickle.dumps(Evil()))
+    with pytest.raises(InputError, match="not a valid safetensors model"):
+        load_export(tmp_path / "model")
+    assert not (tmp_path / "pwned").exists()
