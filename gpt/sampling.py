@@ -1,0 +1,157 @@
+"""The sampling engine: token ids in, token ids out, one at a time.
+
+It knows nothing of text (the tokenizer and the REPL sit apart, as in nanochat). `generate` crops
+the prompt to the context window, prefills the model's KV cache once, then feeds one new token per
+step. The model has learned absolute position embeddings, so a cache cannot simply drop its oldest
+entries when the window is full: the window jumps forward, keeping the newest three quarters of
+it, and the cache is rebuilt by prefilling those. Without a cache the model sees exactly the same
+windows, so both paths give the same tokens; the cache only makes it faster.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import torch
+
+from gpt.model import GPT
+
+
+@dataclass
+class SamplingConfig:
+    """How the next token is chosen. Validated on construction (and on `dataclasses.replace`)."""
+
+    temperature: float = 0.8
+    """Softmax temperature: below 1 is more conservative, above 1 more adventurous; 0 is greedy
+    (always the most likely token)."""
+    top_k: int | None = None
+    """Sample only among the k most likely tokens (k >= 1; unset: no limit)."""
+    top_p: float = 1.0
+    """Nucleus sampling: sample only among the most likely tokens whose probabilities add up to
+    at least p, in (0, 1]; 1 keeps all."""
+    max_new_tokens: int = 200
+    """Most tokens generated per reply (fewer if the model emits end-of-text)."""
+
+    def __post_init__(self) -> None:
+        if not self.temperature >= 0:  # also refuses NaN
+            raise ValueError(f"--temperature {self.temperature!r}: must be >= 0 (0 = greedy)")
+        if self.top_k is not None and self.top_k < 1:
+            raise ValueError(f"--top_k {self.top_k!r}: must be >= 1 (leave it unset for no limit)")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"--top_p {self.top_p!r}: must be in (0, 1]")
+        if self.max_new_tokens < 1:
+            raise ValueError(f"--max_new_tokens {self.max_new_tokens!r}: must be >= 1")
+
+
+def top_p_filter(logits: torch.Tensor, top_p: float) -> torch.Tensor:
+    """Set to -inf every logit outside the smallest set of most likely tokens whose probability
+    adds up to at least `top_p` (the nucleus). `logits` is (V,); the most likely token always stays.
+    """
+    sorted_logits, order = torch.sort(logits, descending=True)
+    probs = torch.softmax(sorted_logits, dim=-1)
+    # a token is outside the nucleus when the tokens before it already reach top_p
+    mass_before = torch.cumsum(probs, dim=-1) - probs
+    outside = mass_before >= top_p
+    return logits.masked_fill(outside.scatter(0, order, outside), float("-inf"))
+
+
+def sample_next(
+    logits: torch.Tensor, cfg: SamplingConfig, generator: torch.Generator | None = None
+) -> int:
+    """Pick one token id from the last position's (V,) logits."""
+    if cfg.temperature == 0:
+        return int(torch.argmax(logits))
+    logits = logits.float() / cfg.temperature
+    if cfg.top_k is not None and cfg.top_k < logits.size(-1):
+        kth = torch.topk(logits, cfg.top_k).values[-1]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if cfg.top_p < 1:
+        logits = top_p_filter(logits, cfg.top_p)
+    probs = torch.softmax(logits, dim=-1)
+    return int(torch.multinomial(probs, 1, generator=generator))
+
+
+def new_generator(seed: int | None, device: torch.device | str = "cpu") -> torch.Generator:
+    """A private random stream for sampling: a seed makes replies reproducible; None picks one."""
+    g = torch.Generator(device=device)
+    if seed is None:
+        g.seed()
+    else:
+        g.manual_seed(seed)
+    return g
+
+
+def window_keep(block_size: int) -> int:
+    """Tokens kept when the window is full: the newest three quarters (at least one is dropped).
+
+    Dropping a quarter at a time means the cache is rebuilt once every block_size/4 tokens, not
+    once per token, at the price of the model seeing between 3/4 and all of the window.
+    """
+    return block_size - max(1, block_size // 4)
+
+
+@torch.inference_mode()
+def generate(
+    model: GPT,
+    prompt: list[int],
+    cfg: SamplingConfig,
+    generator: torch.Generator | None = None,
+    eot_id: int | None = None,
+    use_cache: bool = True,
+) -> Iterator[int]:
+    """Yield up to `cfg.max_new_tokens` new token ids continuing `prompt`, as each is sampled.
+
+    Stops early at `eot_id` (which is not yielded). The prompt is cropped to its last block_size
+    tokens. `use_cache=False` recomputes the whole window every step: the reference the cached
+    path must match, and the baseline for benchmarks.
+    """
+    if not prompt:
+        raise ValueError("generate needs at least one prompt token")
+    block_size = model.config.block_size
+    device = model.lm_head.weight.device
+    tokens = list(prompt[-block_size:])
+    start = 0  # the window is tokens[start:]
+    cache = model.new_cache(batch_size=1) if use_cache else None
+    feed = tokens  # what the model has not seen yet
+    for _ in range(cfg.max_new_tokens):
+        if len(tokens) - start > block_size:
+            start = len(tokens) - window_keep(block_size)
+            if cache is not None:
+                cache.reset()
+                feed = tokens[start:]
+        if cache is None:
+            feed = tokens[start:]
+        idx = torch.tensor([feed], dtype=torch.long, device=device)
+        logits, _ = model(idx, cache=cache)
+        nxt = sample_next(logits[0, -1], cfg, generator)
+        if nxt == eot_id:
+            return
+        yield nxt
+        tokens.append(nxt)
+        feed = [nxt]
+
+
+@dataclass
+class Speed:
+    """What `measure_speed` found for one way of generating."""
+
+    first_token_s: float
+    """Seconds from the call to the first new token (prefill + one sample)."""
+    tokens_per_s: float
+    """New tokens per second over the whole generation, first token included."""
+
+
+def measure_speed(model: GPT, prompt: list[int], max_new_tokens: int, use_cache: bool) -> Speed:
+    """Time one greedy generation of exactly `max_new_tokens` (no end-of-text stop)."""
+    cfg = SamplingConfig(temperature=0, max_new_tokens=max_new_tokens)
+    t0 = time.perf_counter()
+    first = None
+    n = 0
+    for _ in generate(model, prompt, cfg, use_cache=use_cache):
+        n += 1
+        if first is None:
+            first = time.perf_counter() - t0
+    total = time.perf_counter() - t0
+    return Speed(first_token_s=first if first is not None else total, tokens_per_s=n / total)
