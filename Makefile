@@ -8,12 +8,22 @@ STAMP := $(VENV)/.installed
 # Local runs live under ROOT/RUN (on a cluster: /gpt/<KFP run id>).
 ROOT ?= runs
 RUN ?= demo
+# Container images. images.env is the one source of their names (components/images.py reads it
+# too); `make ... IMAGE_REGISTRY=... IMAGE_TAG=...` overrides it, and the export hands the same
+# names to every command make runs, compiling the pipeline among them.
+include images.env
+export IMAGE_REGISTRY IMAGE_TAG
+WORKLOAD_IMAGE = $(IMAGE_REGISTRY)/gpt-workload:$(IMAGE_TAG)
+COMPONENT_IMAGE = $(IMAGE_REGISTRY)/gpt-component:$(IMAGE_TAG)
+CONTAINER_TOOL ?= docker
+# CPU PyTorch; https://download.pytorch.org/whl/cu128 (or another CUDA index) for a CUDA build.
+TORCH_INDEX_URL ?= https://download.pytorch.org/whl/cpu
 
 .DEFAULT_GOAL := help
-.PHONY: help install demo test lint clean
+.PHONY: help install demo test lint clean build-images push-images set-images container-tool
 
 help:  ## list the targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
+	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
 
 # A fresh machine needs only Python: the venv is created and the project installed on first use,
 # and again whenever pyproject.toml changes.
@@ -32,6 +42,26 @@ test: $(STAMP)  ## run the test suite
 
 lint: $(STAMP)  ## static checks
 	$(PY) -m ruff check .
+	$(VENV)/bin/hadolint docker/*.Dockerfile
+	$(PY) -m yamllint --strict runtimes manifests
+
+build-images: container-tool  ## build the workload and component images, then point runtimes/ at them
+	$(CONTAINER_TOOL) build --file docker/workload.Dockerfile \
+		--build-arg TORCH_INDEX_URL=$(TORCH_INDEX_URL) --tag $(WORKLOAD_IMAGE) .
+	$(CONTAINER_TOOL) build --file docker/component.Dockerfile --tag $(COMPONENT_IMAGE) .
+	@$(MAKE) --no-print-directory set-images
+
+push-images: container-tool  ## push both images to IMAGE_REGISTRY
+	$(CONTAINER_TOOL) push $(WORKLOAD_IMAGE)
+	$(CONTAINER_TOOL) push $(COMPONENT_IMAGE)
+
+set-images:  ## point runtimes/ (kustomize images:) at IMAGE_REGISTRY/IMAGE_TAG without building
+	$(PYTHON) docker/set_image.py runtimes/kustomization.yaml gpt-workload=$(WORKLOAD_IMAGE)
+
+# One line saying what is missing, before any build starts: $(error) stops make right here.
+container-tool:
+	$(if $(shell command -v $(CONTAINER_TOOL) 2>/dev/null),,$(error $(CONTAINER_TOOL) not found: install Docker or Podman and pass CONTAINER_TOOL=docker or podman))
+	$(if $(shell $(CONTAINER_TOOL) info >/dev/null 2>&1 && echo up),,$(error $(CONTAINER_TOOL) is installed but no engine answers '$(CONTAINER_TOOL) info': start the Docker daemon or the Podman machine))
 
 clean:  ## remove local runs and caches (keeps .venv)
 	rm -rf $(ROOT) .pytest_cache .ruff_cache .hypothesis

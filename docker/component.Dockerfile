@@ -1,0 +1,27 @@
+# The component image: kfp, the kubernetes client, `components/` and `pipeline/`, what the KFP
+# pipeline steps run. No PyTorch: the steps only create, watch and clean up TrainJobs.
+# Build context: the repository root (see .dockerignore). `make build-images` builds it.
+FROM python:3.11.14-slim-bookworm
+
+ENV PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1
+
+WORKDIR /opt/gpt-trainjobs
+# The `pipeline` extra of pyproject.toml: kfp at exactly the version that compiles the pipeline
+# (so KFP's launch command finds it installed and fetches nothing), and the kubernetes client.
+COPY pyproject.toml docker/requirements.py ./
+RUN python requirements.py pyproject.toml pipeline > requirements.txt \
+ && pip install --requirement requirements.txt
+# The project with --no-deps: its core dependencies are the workload's (PyTorch and friends); the
+# steps import only `components`, `pipeline` and gpt's standard-library config types.
+COPY README.md ./
+COPY gpt/ gpt/
+COPY components/ components/
+COPY pipeline/ pipeline/
+RUN pip install --no-deps . \
+ && python -c "import kfp, kubernetes, components, pipeline; print('kfp', kfp.__version__)"
+
+# No USER: KFP v2 steps write their artifacts under /minio, /s3 or /gcs at the filesystem root,
+# which a non-root user cannot create (kubeflow/pipelines#10397); KFP's pod spec decides the user.

@@ -1,0 +1,42 @@
+# The workload image: the `gpt` package and PyTorch, what the TrainJobs run.
+# Build context: the repository root (see .dockerignore). `make build-images` builds it;
+# CPU PyTorch by default, a CUDA build with
+#   make build-images TORCH_INDEX_URL=https://download.pytorch.org/whl/cu128
+FROM python:3.11.14-slim-bookworm
+
+# The PyTorch wheel index: its +cpu (or +cuXXX) build of the torch version pyproject.toml pins
+# outranks PyPI's build of the same version; PyPI still serves everything else.
+ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu
+
+ENV PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1
+
+# uid/gid 1000, the runtimes' securityContext (runAsUser/runAsGroup/fsGroup in runtimes/): the
+# image's user then owns what it writes, on the PVC at /gpt too. /gpt exists for `docker run`
+# without a volume.
+RUN groupadd --gid 1000 gpt \
+ && useradd --uid 1000 --gid 1000 --create-home --shell /usr/sbin/nologin gpt \
+ && install -d -o 1000 -g 1000 /gpt
+
+WORKDIR /opt/gpt-trainjobs
+# Dependencies first, read from pyproject.toml, in a layer that survives code changes.
+COPY pyproject.toml docker/requirements.py ./
+RUN python requirements.py pyproject.toml > requirements.txt \
+ && pip install --extra-index-url "${TORCH_INDEX_URL}" --requirement requirements.txt
+# The project itself, from pyproject.toml (its dependencies are satisfied by now); the GPT-2 BPE
+# ranks ship inside the package, so nothing is downloaded at run time.
+COPY README.md ./
+COPY gpt/ gpt/
+COPY components/ components/
+COPY pipeline/ pipeline/
+RUN pip install --extra-index-url "${TORCH_INDEX_URL}" . \
+ && pip check \
+ && python -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda)"
+
+USER 1000:1000
+WORKDIR /home/gpt
+# Smoke test, as the user the cluster runs: the CLI imports and lists its stages.
+RUN python -m gpt --help
+CMD ["python", "-m", "gpt", "--help"]
