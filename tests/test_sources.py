@@ -1,0 +1,188 @@
+"""Sources: the embedded text, files, directories and URLs (a local HTTP server); cleaning."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from gpt.errors import InputError
+from gpt.sources import Download, canonical, clean, fetch_url, kind_of, read_source, to_document
+
+FIXTURES = Path(__file__).parent / "fixtures"
+GUTENBERG = (FIXTURES / "gutenberg_sample.txt").read_bytes()
+FAST = Download(timeout=2.0, retries=2, backoff=0.01, max_bytes=1_000_000)
+
+
+class Handler(BaseHTTPRequestHandler):
+    """Routes: /pg.txt the Gutenberg fixture, /flaky 503 twice then the text, /missing 404,
+    /slow answers too late, /big claims too many bytes, /stream sends too many without a length."""
+
+    hits: dict[str, int] = {}
+
+    def do_GET(self) -> None:  # noqa: N802 (the http.server API)
+        try:
+            self._route()
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the client gave up on purpose (timeouts, size caps)
+
+    def _route(self) -> None:
+        self.hits[self.path] = self.hits.get(self.path, 0) + 1
+        if self.path == "/pg.txt" or (self.path == "/flaky" and self.hits[self.path] > 2):
+            self._send(200, GUTENBERG)
+        elif self.path == "/flaky":
+            self._send(503, b"busy")
+        elif self.path == "/slow":
+            time.sleep(1.0)
+            self._send(200, GUTENBERG)
+        elif self.path == "/big":
+            self._send(200, b"x" * 2_000_000)
+        elif self.path == "/stream":
+            self.send_response(200)
+            self.end_headers()  # no Content-Length: the client must count as it reads
+            for _ in range(40):
+                self.wfile.write(b"y" * 50_000)
+        else:
+            self._send(404, b"not here")
+
+    def _send(self, code: int, body: bytes) -> None:
+        self.send_response(code)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[str]:
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    httpd.shutdown()
+    httpd.server_close()
+
+
+def closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_gutenberg_header_footer_and_licence_are_cut() -> None:
+    text, removed = clean(GUTENBERG.decode())
+    assert text.startswith("SONNET XVIII") and text.endswith("nor no man ever loved.")
+    for boilerplate in ("MERCHANTABILITY", "Project Gutenberg", "*** START", "*** END", "LICENSE"):
+        assert boilerplate not in text
+    assert removed["gutenberg_header_chars"] > 0 and removed["gutenberg_footer_chars"] > 0
+
+
+def test_bom_and_windows_newlines_are_normalised() -> None:
+    raw = "\ufeff" + GUTENBERG.decode().replace("\n", "\r\n")
+    text, removed = clean(raw)
+    assert text == clean(GUTENBERG.decode())[0]
+    assert removed["bom"] == 1 and removed["newlines_normalised"] == GUTENBERG.count(b"\n")
+    assert clean("old\rmac\r") == ("old\nmac\n", {"newlines_normalised": 2})
+
+
+def test_text_without_markers_is_kept_as_is() -> None:
+    assert clean("  Just a text.\n\n") == ("  Just a text.\n\n", {})
+
+
+def test_embedded_default_needs_nothing_and_is_unchanged(shared: Path) -> None:
+    for spelling in ("default", ""):
+        [doc] = read_source(spelling, FAST)
+        assert doc.text.encode() == (shared / "data" / "comedy_of_errors.txt").read_bytes()
+        assert doc.removed == {}
+    assert canonical("") == canonical("default") == "default"
+
+
+def test_file_and_directory(tmp_path: Path) -> None:
+    (tmp_path / "b.txt").write_text("second")
+    (tmp_path / "a.txt").write_bytes(GUTENBERG)
+    (tmp_path / "notes.md").write_text("not a corpus")
+    docs = read_source(str(tmp_path), FAST)
+    assert [Path(d.origin).name for d in docs] == ["a.txt", "b.txt"]
+    assert docs[0].text.startswith("SONNET") and docs[1].text == "second"
+    [one] = read_source(str(tmp_path / "b.txt"), FAST)
+    assert one.origin == str((tmp_path / "b.txt").resolve()) == canonical(str(tmp_path / "b.txt"))
+
+
+@pytest.mark.parametrize(
+    "raw, reason",
+    [
+        (b"", "empty"),
+        (b"text\x00with a NUL", "binary file"),
+        (b"caf\xe9 latin-1", "not UTF-8 text .byte 0xe9 at offset 3"),
+        (
+            b"*** START OF THE PROJECT GUTENBERG EBOOK X ***\n\n*** END OF THE PROJECT GUTENBERG",
+            "no text",
+        ),
+    ],
+)
+def test_bad_bytes_are_refused(raw: bytes, reason: str) -> None:
+    with pytest.raises(InputError, match=reason) as err:
+        to_document("in.txt", raw)
+    assert "'in.txt'" in str(err.value)
+
+
+def test_bad_local_sources(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match="no such file or directory"):
+        kind_of(str(tmp_path / "absent.txt"))
+    with pytest.raises(InputError, match="holds no"):
+        read_source(str(tmp_path), FAST)
+    (tmp_path / "big.txt").write_bytes(b"z" * 100)
+    with pytest.raises(InputError, match="exceeds --max_bytes 99"):
+        read_source(str(tmp_path / "big.txt"), Download(max_bytes=99))
+    with pytest.raises(InputError, match="exceeds --max_bytes 99"):
+        read_source(str(tmp_path), Download(max_bytes=99))
+
+
+@pytest.mark.parametrize("url", ["ftp://example.org/a.txt", "file:///etc/hostname", "s3://b/k"])
+def test_only_http_and_https_urls(url: str) -> None:
+    with pytest.raises(InputError, match="scheme .* is not supported"):
+        kind_of(url)
+
+
+def test_url_is_fetched_and_cleaned(server: str) -> None:
+    [doc] = read_source(f"{server}/pg.txt", FAST)
+    assert doc.origin == f"{server}/pg.txt" and doc.raw_bytes == len(GUTENBERG)
+    assert doc.text == clean(GUTENBERG.decode())[0]
+
+
+def test_transient_failures_are_retried(server: str) -> None:
+    assert fetch_url(f"{server}/flaky", FAST) == GUTENBERG
+    assert Handler.hits["/flaky"] == 3
+
+
+def test_client_errors_are_not_retried(server: str) -> None:
+    with pytest.raises(InputError, match="HTTP 404"):
+        fetch_url(f"{server}/missing", FAST)
+    assert Handler.hits["/missing"] == 1
+
+
+def test_unreachable_url_after_bounded_retries_with_backoff(capsys) -> None:
+    url = f"http://127.0.0.1:{closed_port()}/pg.txt"
+    start = time.monotonic()
+    with pytest.raises(InputError, match="unreachable after 3 attempt.*Connection"):
+        fetch_url(url, Download(timeout=1.0, retries=2, backoff=0.2))
+    assert time.monotonic() - start >= 0.2 + 0.4  # backoff doubles: 0.2 s, then 0.4 s
+    assert capsys.readouterr().out.count("failed") == 3
+
+
+def test_timeout(server: str) -> None:
+    with pytest.raises(InputError, match="unreachable after 1 attempt.*timed out"):
+        fetch_url(f"{server}/slow", Download(timeout=0.2, retries=0))
+
+
+@pytest.mark.parametrize("path", ["/big", "/stream"])
+def test_size_cap(server: str, path: str) -> None:
+    with pytest.raises(InputError, match="--max_bytes 1000000"):
+        fetch_url(f"{server}{path}", FAST)
