@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import socket
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -186,3 +190,19 @@ def test_timeout(server: str) -> None:
 def test_size_cap(server: str, path: str) -> None:
     with pytest.raises(InputError, match="--max_bytes 1000000"):
         fetch_url(f"{server}{path}", FAST)
+
+
+def test_cli_trains_on_a_gutenberg_url_without_its_licence(server: str, root: Path) -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "gpt", "corpus", "--root", str(root), "--run", "url"]
+        + ["--source", f"{server}/pg.txt", "--block_size", "32"],
+        capture_output=True,
+        text=True,
+    )
+    assert out.returncode == 0, out.stderr
+    assert f"read {server}/pg.txt (url)" in out.stdout and "gutenberg_header_chars" in out.stdout
+    text = (root / "url" / "corpus" / "text.txt").read_text()
+    assert text == clean(GUTENBERG.decode())[0] and "MERCHANTABILITY" not in text
+    source = json.loads((root / "url" / "corpus" / "source.json").read_text())
+    assert source["kind"] == "url" and source["source"] == f"{server}/pg.txt"
+    assert source["sha256"] == hashlib.sha256(text.encode()).hexdigest()

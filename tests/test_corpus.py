@@ -1,0 +1,225 @@
+"""The load-corpus stage: outputs, the split, idempotency, and bad input leaving nothing behind."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import gpt.corpus
+from gpt.corpus import CorpusConfig, main, split
+from gpt.errors import InputError
+from gpt.tokenizer import load_tokenizer
+
+FIXTURES = Path(__file__).parent / "fixtures"
+COMEDY_SHA256 = "1e5f9faa9879d172aaaaf8828def61ad2a0c0ad1ecee149f634d65c3f67809e4"
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "gpt", "corpus", *args], capture_output=True, text=True
+    )
+
+
+def tree(path: Path) -> dict[str, tuple[int, int]]:
+    """Every file under `path` with its inode and mtime: equal trees mean nothing was rewritten."""
+    return {
+        str(p.relative_to(path)): (p.stat().st_ino, p.stat().st_mtime_ns)
+        for p in sorted(path.rglob("*"))
+    }
+
+
+@pytest.mark.parametrize("tokenizer", ["gpt2", "char"])
+def test_embedded_default_end_to_end(root: Path, tokenizer: str) -> None:
+    cfg = CorpusConfig(root=str(root), run="r", tokenizer=tokenizer)
+    main(cfg)
+    rd = cfg.rundir
+    meta = json.loads(rd.meta_json.read_text())
+    text = rd.text_txt.read_text(encoding="utf-8")
+    assert meta["corpus_sha256"] == COMEDY_SHA256  # the embedded text needs no cleaning
+    assert (meta["tokenizer"], meta["source"], meta["dtype"]) == (tokenizer, "default", "uint16")
+
+    tok = load_tokenizer(rd.tokenizer_json)
+    assert tok.vocab_size == meta["vocab_size"]
+    train = np.memmap(rd.train_bin, dtype=meta["dtype"], mode="r")
+    val = np.memmap(rd.val_bin, dtype=meta["dtype"], mode="r")
+    assert (len(train), len(val)) == (meta["train_tokens"], meta["val_tokens"])
+    assert max(train.max(), val.max()) < tok.vocab_size
+    # Validation is the last 10% of the text by position; each split decodes back exactly.
+    train_text, val_text = tok.decode(train.tolist()), tok.decode(val.tolist())
+    assert train_text + val_text == text
+    assert len(val_text) == len(text) - int(len(text) * 0.9)
+    assert (meta["train_bytes"], meta["val_bytes"]) == (len(train_text), len(val_text))
+    source = json.loads(rd.source_json.read_text())
+    assert source["sha256"] == COMEDY_SHA256 and source["kind"] == "embedded"
+
+
+def test_compaction_shrinks_the_vocabulary(root: Path) -> None:
+    sizes = {}
+    for compact in (True, False):
+        cfg = CorpusConfig(root=str(root), run=f"c{compact}", compact=compact)
+        main(cfg)
+        meta = json.loads(cfg.rundir.meta_json.read_text())
+        sizes[compact] = (meta["vocab_size"], meta["train_tokens"], meta["val_tokens"])
+    assert sizes[False][0] == 50257
+    assert 256 < sizes[True][0] < 5000
+    assert sizes[True][1:] == sizes[False][1:]  # compaction renumbers, it never re-tokenizes
+
+
+@pytest.mark.parametrize("fraction", [0.05, 0.1, 0.5])
+def test_split_is_by_position(fraction: float) -> None:
+    text = "abcdefghij" * 37
+    train, val = split(text, fraction)
+    assert train + val == text
+    assert len(val) == len(text) - int(len(text) * (1 - fraction))
+
+
+def test_directory_of_gutenberg_texts(root: Path, tmp_path: Path) -> None:
+    books = tmp_path / "books"
+    books.mkdir()
+    (books / "a.txt").write_bytes((FIXTURES / "gutenberg_sample.txt").read_bytes())
+    (books / "b.txt").write_text("Second book.\n" * 20)
+    cfg = CorpusConfig(root=str(root), run="d", source=str(books), block_size=16)
+    main(cfg)
+    text = cfg.rundir.text_txt.read_text()
+    assert "MERCHANTABILITY" not in text and "Gutenberg" not in text
+    assert text.startswith("SONNET XVIII") and text.endswith("Second book.\n")
+    docs = json.loads(cfg.rundir.source_json.read_text())["documents"]
+    assert [Path(d["origin"]).name for d in docs] == ["a.txt", "b.txt"]
+    assert docs[0]["removed"]["gutenberg_footer_chars"] > 0
+
+
+def test_rerun_same_inputs_is_a_no_op(root: Path, capsys) -> None:
+    cfg = CorpusConfig(root=str(root), run="r", tokenizer="char")
+    main(cfg)
+    before = tree(cfg.rundir.path)
+    main(CorpusConfig(root=str(root), run="r", tokenizer="char"))
+    assert "already up to date" in capsys.readouterr().out
+    assert tree(cfg.rundir.path) == before
+
+
+def test_different_inputs_need_overwrite(root: Path) -> None:
+    main(CorpusConfig(root=str(root), run="r", tokenizer="char"))
+    rd = CorpusConfig(root=str(root), run="r").rundir
+    before = tree(rd.path)
+    with pytest.raises(InputError, match="other inputs .*tokenizer 'char' there, 'gpt2' now"):
+        main(CorpusConfig(root=str(root), run="r", tokenizer="gpt2"))
+    assert tree(rd.path) == before
+    main(CorpusConfig(root=str(root), run="r", tokenizer="gpt2", overwrite=True))
+    assert json.loads(rd.meta_json.read_text())["tokenizer"] == "gpt2"
+    assert sorted(p.name for p in rd.path.iterdir()) == ["corpus", "data"]  # no staging left
+
+
+def test_changed_file_content_is_a_different_input(root: Path, tmp_path: Path) -> None:
+    src = tmp_path / "t.txt"
+    src.write_text("one two three four five six seven eight nine ten " * 10)
+    main(CorpusConfig(root=str(root), run="r", source=str(src), block_size=8))
+    src.write_text("ten nine eight seven six five four three two one " * 10)
+    with pytest.raises(InputError, match="corpus_sha256"):
+        main(CorpusConfig(root=str(root), run="r", source=str(src), block_size=8))
+
+
+def test_failure_while_writing_leaves_old_data_intact(root: Path, monkeypatch) -> None:
+    cfg = CorpusConfig(root=str(root), run="r", tokenizer="char")
+    main(cfg)
+    before = tree(cfg.rundir.path)
+
+    def broken(path: Path, obj: object) -> None:
+        raise OSError("disk full")
+
+    monkeypatch.setattr(gpt.corpus, "write_json", broken)
+    with pytest.raises(OSError, match="disk full"):
+        main(CorpusConfig(root=str(root), run="r", overwrite=True))
+    assert tree(cfg.rundir.path) == before
+    with pytest.raises(OSError, match="disk full"):
+        main(CorpusConfig(root=str(root), run="fresh"))
+    assert list((root / "fresh").rglob("*")) == []
+
+
+def test_invalid_flags_name_the_flag() -> None:
+    for kwargs, flag in [
+        ({"val_fraction": 1.0}, "--val_fraction"),
+        ({"val_fraction": 0.0}, "--val_fraction"),
+        ({"block_size": 0}, "--block_size"),
+        ({"download_timeout": 0.0}, "--download_timeout"),
+        ({"download_retries": -1}, "--download_retries"),
+        ({"max_bytes": 0}, "--max_bytes"),
+    ]:
+        with pytest.raises(ValueError, match=flag):
+            CorpusConfig(**kwargs)
+
+
+# -- the command line: one line on stderr naming the input, exit 2, nothing in the run directory
+
+
+def bad_sources(tmp_path: Path) -> dict[str, tuple[list[str], str]]:
+    (tmp_path / "empty.txt").write_bytes(b"")
+    (tmp_path / "latin1.txt").write_bytes("café au lait".encode("latin-1"))
+    (tmp_path / "binary.txt").write_bytes(b"\x7fELF\x02\x01\x01\x00\x00\x00")
+    (tmp_path / "short.txt").write_text("Too short to learn from.")
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    return {
+        "missing": ([str(tmp_path / "absent.txt")], "no such file or directory"),
+        "empty": ([str(tmp_path / "empty.txt")], "empty"),
+        "non-utf8": ([str(tmp_path / "latin1.txt")], "not UTF-8 text"),
+        "binary": ([str(tmp_path / "binary.txt")], "binary file"),
+        "scheme": (["ftp://example.org/pg1504.txt"], "scheme 'ftp' is not supported"),
+        "unreachable": (
+            [f"http://127.0.0.1:{port}/pg.txt", "--download_retries", "1"],
+            "unreachable after 2 attempt",
+        ),
+        "too-short": ([str(tmp_path / "short.txt"), "--block_size", "8"], "too short"),
+    }
+
+
+@pytest.mark.parametrize(
+    "case", ["missing", "empty", "non-utf8", "binary", "scheme", "unreachable", "too-short"]
+)
+def test_bad_input_exits_2_with_one_line_and_writes_nothing(
+    case: str, root: Path, tmp_path: Path
+) -> None:
+    source, reason = bad_sources(tmp_path)[case]
+    out = run_cli(
+        "--root", str(root), "--run", "bad", "--download_backoff", "0.05", "--source", *source
+    )
+    assert out.returncode == 2
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and reason in lines[0], out.stderr
+    assert source[0] in lines[0]
+    assert not (root / "bad").exists()
+
+
+def test_cli_demo_prints_counts_and_where_it_wrote(root: Path) -> None:
+    out = run_cli("--root", str(root), "--run", "demo", "--tokenizer", "char")
+    assert out.returncode == 0, out.stderr
+    meta = json.loads((root / "demo" / "data" / "meta.json").read_text())
+    assert f"train {meta['train_tokens']:,} tokens" in out.stdout
+    assert str(root / "demo" / "data") in out.stdout
+    again = run_cli("--root", str(root), "--run", "demo", "--tokenizer", "char")
+    assert again.returncode == 0 and "already up to date" in again.stdout
+    other = run_cli("--root", str(root), "--run", "demo", "--val_fraction", "0.2")
+    assert other.returncode == 2 and "--overwrite" in other.stderr
+
+
+def test_cli_help_lists_every_flag() -> None:
+    out = run_cli("--help")
+    assert out.returncode == 0
+    for flag in CorpusConfig.__dataclass_fields__:
+        assert f"--{flag}" in out.stdout
+
+
+def test_cli_reads_a_local_file(root: Path, tmp_path: Path) -> None:
+    src = tmp_path / "sonnets.txt"
+    src.write_bytes(b"\xef\xbb\xbf" + (FIXTURES / "gutenberg_sample.txt").read_bytes())
+    out = run_cli("--root", str(root), "--run", "f", "--source", str(src), "--block_size", "32")
+    assert out.returncode == 0, out.stderr
+    assert f"read {src} (file)" in out.stdout and "bom 1" in out.stdout
+    text = (root / "f" / "corpus" / "text.txt").read_text(encoding="utf-8")
+    assert text.startswith("SONNET XVIII") and "MERCHANTABILITY" not in text
