@@ -24,6 +24,12 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 def _fsync_file(path: Path) -> None:
     with open(path, "rb") as f:
         os.fsync(f.fileno())
@@ -38,6 +44,9 @@ def atomic_path(dest: Path | str) -> Iterator[Path]:
     dest = Path(dest)
     dest.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent)
+    # mkstemp makes 0600; the next stage may run as another uid (same fsGroup) on the shared
+    # volume, so give the file the permissions an ordinary open() would.
+    os.fchmod(fd, 0o666 & ~_umask())
     os.close(fd)
     tmp_path = Path(tmp)
     try:
@@ -86,6 +95,7 @@ def staged_dir(dest: Path | str) -> Iterator[Path]:
     dest = Path(dest)
     dest.parent.mkdir(parents=True, exist_ok=True)
     stage = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", suffix=".staging", dir=dest.parent))
+    stage.chmod(0o777 & ~_umask())  # mkdtemp makes 0700: see atomic_path
     try:
         yield stage
         for f in stage.rglob("*"):

@@ -1,0 +1,119 @@
+"""What every benchmark shares: warm up, repeat, summarise, record the machine, write results.
+
+A result file `bench/results/<name>.json` holds the machine, the settings and one row per case
+with the median and the spread of the repeats, so a number can be re-checked later.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def machine() -> dict[str, Any]:
+    """CPU model, cores, torch version and threads, and the GPU if there is one."""
+    import torch
+
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    info = {
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "torch_threads": torch.get_num_threads(),
+        "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+    }
+    return info
+
+
+@dataclass
+class Stats:
+    """Median and spread of repeated measurements of one quantity."""
+
+    values: list[float]
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.values)
+
+    @property
+    def spread(self) -> float:
+        """Half the range, relative to the median: 0.05 means +-5%."""
+        if len(self.values) < 2 or self.median == 0:
+            return 0.0
+        return (max(self.values) - min(self.values)) / 2 / abs(self.median)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"median": self.median, "spread": self.spread, "values": self.values}
+
+
+def repeat(fn: Callable[[], float], warmup: int, repeats: int) -> Stats:
+    """Run `fn` `warmup` times unrecorded, then `repeats` times; `fn` returns the quantity."""
+    for _ in range(warmup):
+        fn()
+    return Stats([fn() for _ in range(repeats)])
+
+
+def timed(fn: Callable[[], Any]) -> float:
+    """Seconds one call of `fn` takes."""
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+@dataclass
+class Result:
+    """One benchmark's output: settings, rows of cases, and the table columns to show."""
+
+    name: str
+    settings: dict[str, Any]
+    columns: list[str]
+    rows: list[dict[str, Any]] = field(default_factory=list)
+
+    def write(self) -> Path:
+        RESULTS.mkdir(parents=True, exist_ok=True)
+        path = RESULTS / f"{self.name}.json"
+        doc = {
+            "name": self.name,
+            "when": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "machine": machine(),
+            "settings": self.settings,
+            "rows": self.rows,
+        }
+        tmp = path.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(doc, indent=2) + "\n")
+        os.replace(tmp, path)
+        return path
+
+    def markdown(self) -> str:
+        head = "| " + " | ".join(self.columns) + " |"
+        rule = "|" + "---|" * len(self.columns)
+        body = ["| " + " | ".join(_fmt(row.get(c, "")) for c in self.columns) + " |" for row in self.rows]
+        return "\n".join([f"### {self.name}", "", head, rule, *body, ""])
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:,.3g}" if abs(value) < 100 else f"{value:,.0f}"
+    return str(value)
+
+
+def fmt_stats(s: Stats, unit: str = "") -> str:
+    """`1,234 tok/s ±3%` for a table cell."""
+    return f"{_fmt(s.median)}{unit} ±{s.spread * 100:.0f}%"
