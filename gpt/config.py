@@ -72,6 +72,8 @@ def _bool(text: str) -> bool:
 
 def _add_field(parser: argparse.ArgumentParser, f: dataclasses.Field, hint: Any, doc: str) -> None:
     flag = f"--{f.name}"
+    # the hyphenated spelling (`--idle-timeout`, as DESIGN.md writes it) reaches the same field
+    flags = dict.fromkeys([flag, flag.replace("_", "-")])
     default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
     origin = typing.get_origin(hint)
     args = typing.get_args(hint)
@@ -81,13 +83,13 @@ def _add_field(parser: argparse.ArgumentParser, f: dataclasses.Field, hint: Any,
         origin, args = typing.get_origin(hint), typing.get_args(hint)
     help_text = f"{doc} (default: {default})" if doc else f"(default: {default})"
     if hint is bool:
-        parser.add_argument(flag, type=_bool, default=default, metavar="{true,false}", help=help_text)
+        parser.add_argument(*flags, type=_bool, default=default, metavar="{true,false}", help=help_text)
     elif origin is Literal:
-        parser.add_argument(flag, choices=list(args), default=default, help=help_text)
+        parser.add_argument(*flags, choices=list(args), default=default, help=help_text)
     elif origin in (list, tuple):
-        parser.add_argument(flag, action="append", type=args[0], default=None, help=help_text)
+        parser.add_argument(*flags, action="append", type=args[0], default=None, help=help_text)
     elif hint in (int, float, str):
-        parser.add_argument(flag, type=hint, default=default, help=help_text)
+        parser.add_argument(*flags, type=hint, default=default, help=help_text)
     else:
         raise TypeError(f"{flag}: unsupported config field type {hint!r}")
 
