@@ -99,13 +99,15 @@ def generate(
     cfg: SamplingConfig,
     generator: torch.Generator | None = None,
     eot_id: int | None = None,
+    vocab_size: int | None = None,
     use_cache: bool = True,
 ) -> Iterator[int]:
     """Yield up to `cfg.max_new_tokens` new token ids continuing `prompt`, as each is sampled.
 
-    Stops early at `eot_id` (which is not yielded). The prompt is cropped to its last block_size
-    tokens. `use_cache=False` recomputes the whole window every step: the reference the cached
-    path must match, and the baseline for benchmarks.
+    Stops early at `eot_id` (which is not yielded). Only ids below `vocab_size` are sampled: the
+    tokenizer's vocabulary, which may be smaller than a padded embedding table. The prompt is
+    cropped to its last block_size tokens. `use_cache=False` recomputes the whole window every
+    step: the reference the cached path must match, and the baseline for benchmarks.
     """
     if not prompt:
         raise ValueError("generate needs at least one prompt token")
@@ -125,7 +127,7 @@ def generate(
             feed = tokens[start:]
         idx = torch.tensor([feed], dtype=torch.long, device=device)
         logits, _ = model(idx, cache=cache)
-        nxt = sample_next(logits[0, -1], cfg, generator)
+        nxt = sample_next(logits[0, -1, :vocab_size], cfg, generator)
         if nxt == eot_id:
             return
         yield nxt

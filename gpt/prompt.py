@@ -1,0 +1,87 @@
+"""generative-prompt: load the exported model and answer prompts.
+
+`python -m gpt prompt --root R --run ID` opens the interactive prompt (a terminal, a pipe, or a
+pod's terminal reached with `kubectl attach -it`); `--prompt TEXT` (repeatable) answers those and
+exits. Every prompt and reply is appended to `prompt/transcript.jsonl`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from dataclasses import dataclass, field
+
+import torch
+
+from gpt.config import RunConfig
+from gpt.errors import InputError
+from gpt.export import load_export
+from gpt.repl import PROMPT, Chat, interact
+from gpt.sampling import SamplingConfig
+from gpt.tokenizer import tokenizer_from_json
+
+
+@dataclass
+class PromptConfig(SamplingConfig, RunConfig):
+    """The prompt stage's flags: the run directory, the sampling settings, and these."""
+
+    seed: int = 1337
+    """Seed of the first reply's sampling; each later reply uses the next number, so any
+    transcript line can be reproduced with --seed and --prompt."""
+    prompt: list[str] = field(default_factory=list)
+    """Answer this prompt and exit instead of opening the interactive prompt (repeatable)."""
+    idle_timeout: float | None = None
+    """End the interactive session after this many seconds without input (unset: wait forever)."""
+    device: str = "auto"
+    """Where the model runs: auto (cuda if available, else cpu), cpu, cuda, cuda:N, mps."""
+
+    def __post_init__(self) -> None:
+        RunConfig.__post_init__(self)
+        SamplingConfig.__post_init__(self)
+        if self.idle_timeout is not None and not self.idle_timeout > 0:
+            raise ValueError(f"--idle_timeout {self.idle_timeout!r}: must be > 0 seconds")
+        if self.device != "auto":
+            try:
+                torch.device(self.device)
+            except RuntimeError:
+                raise ValueError(f"--device {self.device!r}: not a torch device") from None
+
+    @property
+    def sampling(self) -> SamplingConfig:
+        names = [f.name for f in dataclasses.fields(SamplingConfig)]
+        return SamplingConfig(**{name: getattr(self, name) for name in names})
+
+
+def resolve_device(device: str) -> str:
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return device
+
+
+def main(cfg: PromptConfig) -> None:
+    rundir = cfg.rundir
+    device = resolve_device(cfg.device)
+    model, tokenizer_json = load_export(rundir.model_dir, device=device)
+    try:
+        tokenizer = tokenizer_from_json(tokenizer_json)
+    except (ValueError, TypeError) as e:
+        raise InputError(f"{rundir.model_dir}/tokenizer.json: not a valid tokenizer: {e}") from None
+    if tokenizer.vocab_size > model.config.vocab_size:
+        raise InputError(
+            f"{rundir.model_dir}: tokenizer has {tokenizer.vocab_size} tokens but the model "
+            f"only {model.config.vocab_size}; re-export it with `python -m gpt train`"
+        )
+    chat = Chat(model, tokenizer, cfg.sampling, cfg.seed, rundir.transcript_jsonl, sys.stdout)
+    print(
+        f"generative-prompt: model from {rundir.model_dir} ({model.num_params() / 1e6:.2f}M "
+        f"parameters, {tokenizer.name} tokenizer, context {model.config.block_size} tokens) "
+        f"on {device}; transcript: {rundir.transcript_jsonl}",
+        file=sys.stderr,
+    )
+    if cfg.prompt:
+        for text in cfg.prompt:
+            chat.say(PROMPT + text)
+            chat.reply(text)
+        return
+    print("Type a prompt; /help for settings; exit, quit or Ctrl-D to leave.", file=sys.stderr)
+    interact(chat, cfg.idle_timeout)

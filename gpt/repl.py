@@ -1,0 +1,237 @@
+"""The interactive prompt: read a line, stream the model's reply, repeat.
+
+Text lives here; the engine (`gpt.sampling`) knows only token ids. The same loop serves a person
+at a terminal (readline editing and history), a pipe (one prompt per line) and a person who
+attaches to the pod's terminal later (`kubectl attach -it`): the prompt is flushed, printed again
+on an empty line, and re-drawn every few seconds while nobody types.
+"""
+
+from __future__ import annotations
+
+import codecs
+import dataclasses
+import signal
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TextIO
+
+from gpt import atomic
+from gpt.model import GPT
+from gpt.sampling import SamplingConfig, generate, new_generator
+from gpt.tokenizer import Tokenizer
+
+PROMPT = "GPT prompt > "
+REPLY = "GPT replying > "
+NOTE = "GPT note > "
+GOODBYE = "Goodbye."
+EXIT_WORDS = ("exit", "quit")
+# How often an idle terminal re-draws the prompt, so someone who attaches sees it within this long.
+REDRAW_EVERY_S = 10.0
+
+HELP = """\
+Type a prompt and press Enter; the model continues the text.
+Settings (with no value: show it):
+  /temperature X      0 = greedy, higher = more adventurous
+  /top_k N | off      sample among the N most likely tokens only
+  /top_p P            sample among the most likely tokens adding up to P, in (0, 1]
+  /max_new_tokens N   longest reply, in tokens
+  /seed N             seed of the next reply (each reply after it uses the next number)
+  /settings           show all settings
+  /help               this text
+exit, quit, Ctrl-D or Ctrl-C end the session."""
+
+
+class IdleTimeout(Exception):
+    """Nobody typed anything for --idle-timeout seconds."""
+
+
+def _top_k(text: str) -> int | None:
+    return None if text.lower() in ("off", "none") else int(text)
+
+
+# setting -> parser of its value; dataclasses.replace re-validates the SamplingConfig
+SETTINGS = {"temperature": float, "top_k": _top_k, "top_p": float, "max_new_tokens": int}
+
+
+class Chat:
+    """A model, its tokenizer and the current settings; answers prompts and logs them."""
+
+    def __init__(
+        self,
+        model: GPT,
+        tokenizer: Tokenizer,
+        settings: SamplingConfig,
+        seed: int,
+        transcript: Path,
+        out: TextIO,
+    ) -> None:
+        self.model = model
+        self.tokenizer = tokenizer
+        self.settings = settings
+        self.seed = seed  # the next reply's seed: every reply can be reproduced on its own
+        self.transcript = transcript
+        self.out = out
+
+    def say(self, text: str) -> None:
+        self.out.write(text + "\n")
+        self.out.flush()
+
+    def reply(self, text: str) -> None:
+        """Stream the model's continuation of `text` and append both to the transcript."""
+        ids, replaced = self.tokenizer.encode_lossy(text)
+        if replaced:
+            shown = " ".join(repr(c) for c in dict.fromkeys(replaced))
+            self.say(f"{NOTE}not in the tokenizer's vocabulary, replaced: {shown}")
+        if not ids:
+            if self.tokenizer.eot_id is None:
+                self.say(f"{NOTE}nothing left of that prompt to continue; try other words")
+                return
+            ids = [self.tokenizer.eot_id]  # start of a fresh document: unconditional text
+        block_size = self.model.config.block_size
+        if len(ids) > block_size:
+            self.say(f"{NOTE}prompt is {len(ids)} tokens; the model sees the last {block_size}")
+        seed, settings = self.seed, self.settings
+        self.seed += 1
+        generator = new_generator(seed, self.model.lm_head.weight.device)
+        # byte-level BPE tokens can split a UTF-8 character: decode bytes incrementally
+        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        pieces: list[str] = []
+        n, t0, interrupted = 0, time.perf_counter(), True
+        self.out.write(REPLY)
+        self.out.flush()
+        try:
+            for token in generate(
+                self.model,
+                ids,
+                settings,
+                generator,
+                eot_id=self.tokenizer.eot_id,
+                vocab_size=self.tokenizer.vocab_size,
+            ):
+                piece = decoder.decode(self.tokenizer.decode_bytes([token]))
+                pieces.append(piece)
+                self.out.write(piece)
+                self.out.flush()
+                n += 1
+            interrupted = False
+        finally:  # Ctrl-C mid-reply still records what was said
+            pieces.append(decoder.decode(b"", final=True))
+            self.say(pieces[-1])
+            atomic.append_jsonl(
+                self.transcript,
+                {
+                    "time": datetime.now(UTC).isoformat(timespec="seconds"),
+                    "prompt": text,
+                    "reply": "".join(pieces),
+                    "replaced": replaced,
+                    "prompt_tokens": len(ids),
+                    "reply_tokens": n,
+                    "stopped": "interrupted" if interrupted
+                    else "max_new_tokens" if n == settings.max_new_tokens
+                    else "end_of_text",
+                    "seconds": round(time.perf_counter() - t0, 3),
+                    "seed": seed,
+                    **dataclasses.asdict(settings),
+                },
+            )
+
+    def command(self, line: str) -> None:
+        """Handle a `/name [value]` line: change or show a setting, or print help."""
+        name, _, value = line[1:].strip().partition(" ")
+        value = value.strip()
+        if name == "help":
+            self.say(HELP)
+        elif name == "settings":
+            self.say(self.describe())
+        elif name == "seed":
+            if value:
+                try:
+                    self.seed = int(value)
+                except ValueError:
+                    self.say(f"{NOTE}/seed {value!r}: not an integer")
+                    return
+            self.say(f"{NOTE}seed {self.seed}")
+        elif name in SETTINGS:
+            if value:
+                try:
+                    parsed = SETTINGS[name](value)
+                    self.settings = dataclasses.replace(self.settings, **{name: parsed})
+                except ValueError as e:
+                    self.say(f"{NOTE}/{name} {value!r}: {str(e).split(': ', 1)[-1]}")
+                    return
+            self.say(f"{NOTE}{name} {getattr(self.settings, name)}")
+        else:
+            self.say(f"{NOTE}unknown command /{name}; /help lists them")
+
+    def describe(self) -> str:
+        values = {**dataclasses.asdict(self.settings), "seed": self.seed}
+        return NOTE + ", ".join(f"{k} {v}" for k, v in values.items())
+
+
+def _read_line(out: TextIO, redraw: bool, deadline: float | None) -> str:
+    """`input(PROMPT)`, with the prompt re-drawn every REDRAW_EVERY_S while the line is empty
+    (when `redraw`) and IdleTimeout raised at `deadline` (time.monotonic()).
+
+    A SIGALRM handler does both: it runs inside readline's wait and an exception it raises ends
+    input(), for a terminal and a pipe alike. Signals work on the main thread only.
+    """
+    if not redraw and deadline is None:
+        return input(PROMPT)
+
+    def arm() -> None:
+        delay = REDRAW_EVERY_S if redraw else float("inf")
+        if deadline is not None:
+            delay = min(delay, deadline - time.monotonic())
+        signal.setitimer(signal.ITIMER_REAL, max(delay, 0.001))
+
+    def on_alarm(signum, frame) -> None:
+        if deadline is not None and time.monotonic() >= deadline:
+            raise IdleTimeout
+        import readline  # only reached with a terminal, where input() uses readline
+
+        if not readline.get_line_buffer():
+            out.write("\r" + PROMPT)  # same place, same text: invisible unless you just attached
+            out.flush()
+        arm()
+
+    previous = signal.signal(signal.SIGALRM, on_alarm)
+    arm()
+    try:
+        return input(PROMPT)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def interact(chat: Chat, idle_timeout: float | None, stdin: TextIO = sys.stdin) -> None:
+    """Answer prompts from stdin until exit/quit, EOF, Ctrl-C or idle_timeout seconds of silence."""
+    terminal = stdin.isatty() and chat.out.isatty()
+    if terminal:
+        import readline  # noqa: F401  (importing it gives input() line editing and history)
+    reason = ""
+    try:
+        while True:
+            deadline = None if idle_timeout is None else time.monotonic() + idle_timeout
+            line = _read_line(chat.out, redraw=terminal, deadline=deadline)
+            if not terminal:
+                chat.say(line)  # echo piped input so the output reads as a conversation
+            line = line.strip()
+            if not line:
+                continue  # input() prints the prompt again: what someone who just attached needs
+            if line.lower() in EXIT_WORDS:
+                break
+            if line.startswith("/"):
+                chat.command(line)
+            else:
+                chat.reply(line)
+    except EOFError:
+        reason = "end of input"
+    except KeyboardInterrupt:
+        reason = "interrupted"
+    except IdleTimeout:
+        reason = f"no input for {idle_timeout:g} s"
+    if reason:
+        chat.say(f"\n{NOTE}{reason}")
+    chat.say(GOODBYE)

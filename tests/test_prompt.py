@@ -1,0 +1,223 @@
+"""`python -m gpt prompt` end to end: a real pseudo-terminal, a pipe, --prompt, bad models.
+
+Each test exports a tiny random GPT into a run directory, as train-gpt would, and drives the CLI
+as a separate process. Timeouts are generous because the test machine is small and shared.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import subprocess
+import sys
+from pathlib import Path
+
+import pexpect
+import pytest
+import torch
+
+from gpt.export import WEIGHTS, save_export
+from gpt.model import GPT, GPTConfig
+from gpt.repl import GOODBYE, PROMPT, REPLY
+from gpt.rundir import RunDir
+from gpt.tokenizer import CharTokenizer, GPT2Tokenizer, Tokenizer
+
+TEXT = "ANTIPHOLUS: To be, or not to be, that is the question!\n"
+RUN = "t"
+TIMEOUT = 20
+ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+
+
+def export(root: Path, tokenizer: Tokenizer, vocab_size: int | None = None) -> RunDir:
+    """What train-gpt leaves behind: a (here untrained) model exported into `<root>/t/model/`."""
+    torch.manual_seed(0)
+    config = GPTConfig(
+        vocab_size=vocab_size or tokenizer.vocab_size, block_size=32, n_layer=1, n_head=2, n_embd=16
+    )
+    rundir = RunDir.of(root, RUN)
+    save_export(GPT(config), tokenizer.to_json(), rundir.model_dir)
+    return rundir
+
+
+@pytest.fixture
+def rundir(root: Path) -> RunDir:
+    return export(root, CharTokenizer.fit([TEXT]))
+
+
+def args(rundir: RunDir, *extra: str) -> list[str]:
+    return ["-m", "gpt", "prompt", "--root", str(rundir.root), "--run", RUN, *extra]
+
+
+def spawn(rundir: RunDir, *extra: str) -> pexpect.spawn:
+    child = pexpect.spawn(
+        sys.executable, args(rundir, "--max_new_tokens", "12", *extra),
+        env=ENV, encoding="utf-8", timeout=TIMEOUT,
+    )
+    child.expect_exact(PROMPT)
+    return child
+
+
+def finished(child: pexpect.spawn) -> int:
+    child.expect_exact(GOODBYE)
+    child.expect(pexpect.EOF)
+    child.close()
+    return child.exitstatus
+
+
+def transcript(rundir: RunDir) -> list[dict]:
+    return [json.loads(line) for line in rundir.transcript_jsonl.read_text().splitlines()]
+
+
+def test_terminal_session_prompt_reply_settings_empty_line_ctrl_c(rundir: RunDir) -> None:
+    child = spawn(rundir)
+    child.sendline("To be")
+    child.expect_exact(REPLY)
+    child.expect_exact(PROMPT)  # the reply ended and the loop asks again
+    child.sendline("/temperature 0.5")
+    child.expect_exact("temperature 0.5")
+    child.expect_exact(PROMPT)
+    child.sendline("/top_p 2")  # refused, the session goes on
+    child.expect_exact("must be in (0, 1]")
+    child.expect_exact(PROMPT)
+    child.sendline("")  # an empty line just asks again
+    child.expect_exact(PROMPT)
+    child.sendline("or not")
+    child.expect_exact(REPLY)
+    child.expect_exact(PROMPT)
+    child.sendintr()
+    assert finished(child) == 0
+    lines = transcript(rundir)
+    assert [(t["prompt"], t["temperature"], t["top_p"]) for t in lines] == [
+        ("To be", 0.8, 1.0),
+        ("or not", 0.5, 1.0),
+    ]
+    assert all(t["reply_tokens"] == 12 and len(t["reply"]) == 12 for t in lines)
+
+
+@pytest.mark.parametrize("leave", ["eof", "exit", "quit"])
+def test_terminal_session_ends_cleanly_on_ctrl_d_exit_quit(rundir: RunDir, leave: str) -> None:
+    child = spawn(rundir)
+    if leave == "eof":
+        child.sendeof()
+    else:
+        child.sendline(leave)
+    assert finished(child) == 0
+
+
+def test_unknown_characters_are_replaced_and_reported(rundir: RunDir) -> None:
+    child = spawn(rundir)
+    child.sendline("To bé")
+    child.expect_exact("replaced: 'é'")
+    child.expect_exact(REPLY)
+    child.expect_exact(PROMPT)
+    child.sendline("exit")
+    assert finished(child) == 0
+    assert transcript(rundir)[0]["replaced"] == ["é"]
+
+
+def test_idle_timeout_ends_the_session(rundir: RunDir) -> None:
+    child = spawn(rundir, "--idle-timeout", "1")
+    child.expect_exact("no input for 1 s")
+    assert finished(child) == 0
+
+
+def test_idle_terminal_redraws_the_prompt_for_someone_attaching_later(rundir: RunDir) -> None:
+    # the redraw period is 10 s in production; shorten it for the test
+    code = (
+        "import sys, gpt.repl, gpt.__main__; gpt.repl.REDRAW_EVERY_S = 0.3; "
+        "sys.exit(gpt.__main__.main(sys.argv[1:]))"
+    )
+    child = pexpect.spawn(
+        sys.executable, ["-c", code, *args(rundir)[2:]], env=ENV, encoding="utf-8", timeout=TIMEOUT
+    )
+    child.expect_exact(PROMPT)
+    for _ in range(2):
+        child.expect_exact("\r" + PROMPT)
+    child.sendline("To be")  # typing still works after redraws
+    child.expect_exact(REPLY)
+    child.expect_exact(PROMPT)
+    child.sendeof()
+    assert finished(child) == 0
+
+
+def test_pipe_one_prompt_per_line(rundir: RunDir) -> None:
+    stdin = "To be\n\n/top_k 3\nor not\nquit\nnever read\n"
+    out = subprocess.run(
+        [sys.executable, *args(rundir, "--max_new_tokens", "9")],
+        input=stdin, capture_output=True, text=True, env=ENV, timeout=60,
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.count(REPLY) == 2
+    assert f"{PROMPT}To be\n{REPLY}" in out.stdout  # piped prompts are echoed
+    assert out.stdout.rstrip().endswith(GOODBYE)
+    lines = transcript(rundir)
+    assert [(t["prompt"], t["top_k"]) for t in lines] == [("To be", None), ("or not", 3)]
+
+
+def test_pipe_end_of_input_ends_cleanly(rundir: RunDir) -> None:
+    out = subprocess.run(
+        [sys.executable, *args(rundir)], input="To be\n", capture_output=True, text=True,
+        env=ENV, timeout=60,
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.count(REPLY) == 1 and "end of input" in out.stdout
+
+
+def one_shot(rundir: RunDir, *extra: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, *args(rundir, *extra)], capture_output=True, text=True, env=ENV,
+        timeout=60, stdin=subprocess.DEVNULL,
+    )
+
+
+def test_prompt_flag_answers_each_and_replies_reproduce_from_the_transcript(rundir) -> None:
+    out = one_shot(rundir, "--prompt", "To be", "--prompt", "ANTIPHOLUS:", "--seed", "5")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.count(REPLY) == 2
+    first, second = transcript(rundir)
+    assert (first["seed"], second["seed"]) == (5, 6)  # one seed per reply
+    # any transcript line is reproduced by its own seed and prompt
+    again = one_shot(rundir, "--prompt", second["prompt"], "--seed", str(second["seed"]))
+    assert again.returncode == 0, again.stderr
+    assert transcript(rundir)[-1]["reply"] == second["reply"]
+
+
+def test_gpt2_tokenizer_with_a_padded_model_streams_valid_text(root: Path) -> None:
+    # compacted BPE (~300 ids) under a model padded to 512: padding ids must never be sampled,
+    # and byte tokens that split a character must still stream as text
+    rundir = export(root, GPT2Tokenizer.fit([TEXT + "héllo wörld ✓"]), vocab_size=512)
+    out = one_shot(rundir, "--prompt", "wörld ✓", "--temperature", "2", "--max_new_tokens", "60")
+    assert out.returncode == 0, out.stderr
+    (line,) = transcript(rundir)
+    assert line["replaced"] == [] and line["reply_tokens"] > 0
+
+
+def test_no_model_says_to_train_first(root: Path) -> None:
+    empty = RunDir.of(root, RUN)
+    out = one_shot(empty, "--prompt", "x")
+    assert out.returncode == 2
+    assert "python -m gpt train" in out.stderr and len(out.stderr.strip().splitlines()) == 1
+    assert not empty.transcript_jsonl.exists()
+
+
+@pytest.mark.parametrize("payload", ["garbage", "pickle"])
+def test_corrupt_or_pickled_model_is_refused(rundir: RunDir, payload: str, tmp_path) -> None:
+    marker = tmp_path / "pwned"
+
+    class Evil:
+        def __reduce__(self):
+            return (exec, (f"open({str(marker)!r}, 'w').write('x')",))
+
+    data = pickle.dumps(Evil()) if payload == "pickle" else b"\x00not safetensors" * 8
+    (rundir.model_dir / WEIGHTS).write_bytes(data)
+    out = one_shot(rundir, "--prompt", "To be")
+    assert out.returncode == 2
+    assert "not a valid safetensors model" in out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1
+    assert not marker.exists() and not rundir.transcript_jsonl.exists()
+
+
+def test_bad_setting_is_refused_naming_the_flag(rundir: RunDir) -> None:
+    out = one_shot(rundir, "--top_p", "0", "--prompt", "To be")
+    assert out.returncode == 2 and "--top_p" in out.stderr
