@@ -15,6 +15,7 @@ from gpt.errors import InputError
 # stage -> (module, config class, one-line summary)
 STAGES: dict[str, tuple[str, str, str]] = {
     "corpus": ("gpt.corpus", "CorpusConfig", "load-corpus: fetch, clean and tokenize a text"),
+    "train": ("gpt.train", "TrainConfig", "train-gpt: train a GPT on the run's data, resumably"),
     "prompt": ("gpt.prompt", "PromptConfig", "generative-prompt: talk to the trained model"),
 }
 

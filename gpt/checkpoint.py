@@ -1,0 +1,163 @@
+"""Checkpoints: `ckpt/step-<N>/` directories, and `ckpt/LATEST` naming the newest complete one.
+
+A checkpoint is written whole under a temporary name and renamed into place, and only then is
+LATEST rewritten (atomically): a process killed at any moment leaves LATEST on a complete
+checkpoint, and a half-written one is never picked up. Each holds
+
+  model.safetensors  the weights (safetensors: tensors only, no code can hide in it)
+  optimizer.pt       AdamW's state_dict, loaded with weights_only=True (tensors and numbers only)
+  state.json         the trainer state (step, which is also the data position; elapsed time), the
+                     config, and the identity of the data it was trained on
+  rng.json           every rank's RNG states: torch (and CUDA), numpy, python
+"""
+
+from __future__ import annotations
+
+import json
+import pickle
+import random
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import safetensors
+import safetensors.torch
+import torch
+
+from gpt import atomic, faults
+from gpt.errors import InputError
+from gpt.rundir import RunDir
+
+MODEL, OPTIMIZER, STATE, RNG = "model.safetensors", "optimizer.pt", "state.json", "rng.json"
+FILES = (MODEL, OPTIMIZER, STATE, RNG)
+_STEP_DIR = re.compile(r"^step-(\d+)$")
+
+
+def save(run: RunDir, step: int, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
+         state: dict[str, Any], rngs: list[dict[str, Any]], keep_last: int) -> Path:
+    """Write `ckpt/step-<step>/`, point LATEST at it, and drop all but the newest `keep_last`."""
+    dest = run.ckpt_step(step)
+    with atomic.staged_dir(dest) as stage:
+        # save_model, not save_file: the tied embedding and head share one tensor.
+        safetensors.torch.save_model(model, str(stage / MODEL))
+        torch.save(optimizer.state_dict(), stage / OPTIMIZER)
+        (stage / STATE).write_text(json.dumps(state, indent=2, sort_keys=True) + "\n")
+        (stage / RNG).write_text(json.dumps({str(r): s for r, s in enumerate(rngs)}) + "\n")
+        faults.checkpoint_staged(step)
+    atomic.write_text(run.latest, dest.name + "\n")
+    prune(run, keep_last)
+    return dest
+
+
+def _step_dirs(run: RunDir) -> list[tuple[int, Path]]:
+    if not run.ckpt_dir.is_dir():
+        return []
+    found = ((_STEP_DIR.match(p.name), p) for p in run.ckpt_dir.iterdir() if p.is_dir())
+    return sorted((int(m.group(1)), p) for m, p in found if m)
+
+
+def prune(run: RunDir, keep_last: int) -> None:
+    """Remove all but the newest `keep_last` checkpoints (never the one LATEST names), and the
+    staging directories of writes that were cut off."""
+    latest = find_latest(run)
+    for _, path in _step_dirs(run)[:-keep_last]:
+        if path != latest:
+            shutil.rmtree(path, ignore_errors=True)
+    for stale in run.ckpt_dir.glob(".step-*.staging"):
+        shutil.rmtree(stale, ignore_errors=True)
+
+
+def clear(run: RunDir) -> int:
+    """Remove every checkpoint (a fresh start); return how many there were."""
+    count = len(_step_dirs(run))
+    shutil.rmtree(run.ckpt_dir, ignore_errors=True)
+    return count
+
+
+def find_latest(run: RunDir) -> Path | None:
+    """The checkpoint LATEST names, or None if there is none; a broken one is an InputError."""
+    if not run.latest.is_file():
+        return None
+    name = run.latest.read_text().strip()
+    if not _STEP_DIR.match(name):
+        raise InputError(f"{run.latest}: does not name a checkpoint ({name[:40]!r})")
+    path = run.ckpt_dir / name
+    missing = [f for f in FILES if not (path / f).is_file()]
+    if missing:
+        raise InputError(
+            f"{run.latest} names {name}, which lacks {', '.join(missing)}; "
+            f"remove {run.ckpt_dir} or pass --resume never to start over"
+        )
+    return path
+
+
+def read_state(path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    """state.json and rng.json of checkpoint `path`."""
+    out = []
+    for name in (STATE, RNG):
+        try:
+            out.append(json.loads((path / name).read_text()))
+        except (OSError, ValueError) as e:
+            raise InputError(f"{path / name}: truncated or corrupt checkpoint file ({e})") from None
+    return out[0], out[1]
+
+
+def load_weights(path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
+                 device: torch.device) -> None:
+    """Load model and optimizer state from checkpoint `path`, refusing anything but tensors."""
+    try:
+        opt_state = torch.load(path / OPTIMIZER, map_location=device, weights_only=True)
+    except pickle.UnpicklingError as e:
+        # weights_only allows tensors, numbers and containers; a checkpoint we wrote holds
+        # nothing else, so anything more is a tampered or foreign file: never run it.
+        lines = [ln.strip() for ln in str(e).splitlines() if "Unsupported global" in ln]
+        raise InputError(
+            f"{path / OPTIMIZER}: refused, it holds Python objects, not only tensors "
+            f"({lines[0] if lines else 'weights_only load failed'})"
+        ) from None
+    except (RuntimeError, OSError, EOFError, ValueError) as e:
+        raise InputError(f"{path / OPTIMIZER}: truncated or corrupt checkpoint file "
+                         f"({_first_line(e)})") from None
+    try:
+        safetensors.torch.load_model(model, str(path / MODEL), strict=True, device=str(device))
+    except (safetensors.SafetensorError, RuntimeError, OSError) as e:
+        raise InputError(f"{path / MODEL}: truncated or corrupt checkpoint file "
+                         f"({_first_line(e)})") from None
+    try:
+        optimizer.load_state_dict(opt_state)
+    except (ValueError, KeyError) as e:
+        raise InputError(
+            f"{path / OPTIMIZER}: does not fit this model ({_first_line(e)})"
+        ) from None
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__
+
+
+def rng_state(device: torch.device) -> dict[str, Any]:
+    """This process's RNG states, as JSON."""
+    np_state = np.random.get_state(legacy=False)
+    np_state["state"]["key"] = np_state["state"]["key"].tolist()
+    state = {
+        "torch": torch.get_rng_state().tolist(),
+        "numpy": np_state,
+        "python": random.getstate(),
+    }
+    if device.type == "cuda":
+        state["cuda"] = torch.cuda.get_rng_state(device).tolist()
+    return state
+
+
+def set_rng_state(state: dict[str, Any], device: torch.device) -> None:
+    torch.set_rng_state(torch.tensor(state["torch"], dtype=torch.uint8))
+    np_state = dict(state["numpy"])
+    np_state["state"] = {**np_state["state"], "key": np.array(np_state["state"]["key"], np.uint32)}
+    np.random.set_state(np_state)
+    version, internal, gauss = state["python"]
+    random.setstate((version, tuple(internal), gauss))
+    if device.type == "cuda" and "cuda" in state:
+        torch.cuda.set_rng_state(torch.tensor(state["cuda"], dtype=torch.uint8), device)

@@ -1,0 +1,162 @@
+"""Training data: the token ids load-corpus wrote to `data/`, and the batches drawn from them.
+
+Training batches are random windows of `block_size + 1` tokens (inputs and shifted targets), as in
+nanoGPT. The windows of optimizer step `s` are drawn from a generator seeded with `(seed, s)`, so
+the step number alone is the data position: a resumed run draws exactly the batches the
+interrupted one would have, and any number of ranks and micro-steps split one and the same set of
+windows between them (see `Batches.get`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from gpt.errors import InputError
+from gpt.rundir import RunDir
+
+DTYPES = ("uint16", "uint32")
+
+
+@dataclass(frozen=True)
+class DataMeta:
+    """`data/meta.json`: what the token files hold."""
+
+    tokenizer: str
+    vocab_size: int
+    dtype: str
+    train_tokens: int
+    val_tokens: int
+    train_bytes: int
+    val_bytes: int
+    corpus_sha256: str
+
+    @classmethod
+    def read(cls, path: Path) -> DataMeta:
+        try:
+            raw = json.loads(path.read_text())
+            meta = cls(**{name: raw[name] for name in cls.__dataclass_fields__})
+        except (OSError, ValueError) as e:
+            raise InputError(f"{path}: unreadable ({e})") from None
+        except KeyError as e:
+            raise InputError(f"{path}: missing key {e}; re-run `python -m gpt corpus`") from None
+        if meta.dtype not in DTYPES:
+            raise InputError(f"{path}: dtype {meta.dtype!r} is not one of {', '.join(DTYPES)}")
+        for name in ("vocab_size", "train_tokens", "val_tokens", "train_bytes", "val_bytes"):
+            value = getattr(meta, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise InputError(f"{path}: {name} {value!r} is not a positive integer")
+        return meta
+
+    def identity(self) -> dict[str, Any]:
+        """What a checkpoint must have been trained on to be resumed on this data."""
+        return {
+            "corpus_sha256": self.corpus_sha256,
+            "tokenizer": self.tokenizer,
+            "vocab_size": self.vocab_size,
+            "train_tokens": self.train_tokens,
+            "val_tokens": self.val_tokens,
+        }
+
+    def bits_per_byte(self, nats_per_token: float) -> float:
+        """Validation loss per byte of cleaned text, in bits: comparable across tokenizers."""
+        return nats_per_token * self.val_tokens / (self.val_bytes * math.log(2))
+
+
+@dataclass(frozen=True)
+class TokenData:
+    meta: DataMeta
+    train: np.ndarray  # read-only memmaps: a corpus larger than memory still trains
+    val: np.ndarray
+    tokenizer: dict[str, Any]
+
+    @classmethod
+    def load(cls, run: RunDir) -> TokenData:
+        hint = f"run `python -m gpt corpus --root {run.root} --run {run.run}` first"
+        if not run.data_dir.is_dir():
+            raise InputError(f"{run.data_dir}: no training data; {hint}")
+        for path in (run.meta_json, run.train_bin, run.val_bin, run.tokenizer_json):
+            if not path.is_file():
+                raise InputError(f"{path}: missing; {hint}")
+        meta = DataMeta.read(run.meta_json)
+        try:
+            tokenizer = json.loads(run.tokenizer_json.read_text())
+        except (OSError, ValueError) as e:
+            raise InputError(f"{run.tokenizer_json}: unreadable ({e})") from None
+        itemsize = np.dtype(meta.dtype).itemsize
+        arrays = []
+        for path, tokens in ((run.train_bin, meta.train_tokens), (run.val_bin, meta.val_tokens)):
+            size = path.stat().st_size
+            if size != tokens * itemsize:
+                raise InputError(
+                    f"{path}: {size} bytes, but meta.json says {tokens} {meta.dtype} tokens "
+                    f"({tokens * itemsize} bytes); the data directory is inconsistent, {hint}"
+                )
+            arrays.append(np.memmap(path, dtype=meta.dtype, mode="r"))
+        return cls(meta, arrays[0], arrays[1], tokenizer)
+
+    def check_block_size(self, block_size: int) -> None:
+        """Every window needs block_size + 1 tokens (inputs plus the next-token targets)."""
+        for split, tokens in (("train", self.meta.train_tokens), ("val", self.meta.val_tokens)):
+            if tokens < block_size + 1:
+                raise InputError(
+                    f"--block_size {block_size}: {split}.bin holds only {tokens} tokens, and a "
+                    f"window needs block_size + 1; lower --block_size (at most {tokens - 1}) "
+                    "or use a larger corpus"
+                )
+
+
+def _windows(tokens: np.ndarray, offsets: np.ndarray, block_size: int, device: torch.device):
+    rows = np.stack([tokens[o : o + block_size + 1] for o in offsets]).astype(np.int64)
+    xy = torch.from_numpy(rows)
+    if device.type == "cuda":
+        xy = xy.pin_memory().to(device, non_blocking=True)
+    return xy[:, :-1].contiguous(), xy[:, 1:].contiguous()
+
+
+@dataclass(frozen=True)
+class Batches:
+    """The training batches: `batch_size` windows per optimizer step."""
+
+    tokens: np.ndarray
+    block_size: int
+    batch_size: int
+    seed: int
+
+    def offsets(self, step: int) -> np.ndarray:
+        rng = np.random.default_rng([self.seed, step])
+        return rng.integers(0, len(self.tokens) - self.block_size, size=self.batch_size)
+
+    def get(self, step: int, part: int, parts: int, device: torch.device):
+        """Inputs and targets, (B / parts, block_size) each, of `part` of `parts` equal shares.
+
+        Rank r doing micro-step m of A on W ranks takes part r * A + m of W * A, so however the
+        step is split, its gradient is the mean over the same `batch_size` windows.
+        """
+        share = np.array_split(self.offsets(step), parts)[part]
+        return _windows(self.tokens, share, self.block_size, device)
+
+
+def eval_offsets(n_tokens: int, block_size: int, max_windows: int) -> np.ndarray:
+    """Fixed, evenly spread, non-overlapping windows over the validation split.
+
+    The same windows every evaluation, so successive val losses differ only by the model; a
+    small split is covered completely.
+    """
+    count = min(max_windows, (n_tokens - 1) // block_size)
+    if count == 1:
+        return np.zeros(1, dtype=np.int64)
+    stride = (n_tokens - 1 - block_size) / (count - 1)  # >= block_size: windows never overlap
+    return (np.arange(count) * stride).astype(np.int64)
+
+
+def eval_batches(tokens: np.ndarray, offsets: np.ndarray, block_size: int, batch_size: int,
+                 device: torch.device):
+    for start in range(0, len(offsets), batch_size):
+        yield _windows(tokens, offsets[start : start + batch_size], block_size, device)

@@ -1,0 +1,37 @@
+"""Fault injection for the crash tests; does nothing unless GPT_FAULT is set.
+
+Crash safety is only believable if a test can crash the trainer at the worst moment. GPT_FAULT
+names one fault:
+
+- `stall-checkpoint@N`: the writer of checkpoint step-N stops after writing its files and before
+  publishing them (rename + LATEST), and waits there to be killed.
+- `kill-rank-R@N`: rank R kills itself with SIGKILL after optimizer step N, on the first attempt
+  only (torchrun's TORCHELASTIC_RESTART_COUNT is 0), so `torchrun --max-restarts` can recover.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+
+
+def _fault(kind: str) -> int | None:
+    """The step of fault `kind` if GPT_FAULT names it."""
+    name, _, step = os.environ.get("GPT_FAULT", "").partition("@")
+    return int(step) if name == kind else None
+
+
+def checkpoint_staged(step: int) -> None:
+    if _fault("stall-checkpoint") == step:
+        print(f"GPT_FAULT: stalling inside the write of checkpoint step-{step}", flush=True)
+        while True:
+            time.sleep(1)
+
+
+def step_done(step: int, rank: int) -> None:
+    first_attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") == "0"
+    if _fault(f"kill-rank-{rank}") == step and first_attempt:
+        print(f"GPT_FAULT: rank {rank} kills itself after step {step}", file=sys.stderr, flush=True)
+        os.kill(os.getpid(), signal.SIGKILL)

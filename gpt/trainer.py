@@ -1,0 +1,317 @@
+"""The training loop: one `Trainer` per process, the same code for one process or many.
+
+Under torchrun every rank builds the same model from the same seed, trains its share of each
+step's windows, and DDP averages the gradients; rank 0 alone writes files. What a restart needs
+beyond weights, optimizer and RNGs is one small object, `TrainState`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import math
+import random
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+from gpt import checkpoint, faults, report
+from gpt.atomic import append_jsonl
+from gpt.data import Batches, TokenData, eval_batches, eval_offsets
+from gpt.distributed import World
+from gpt.errors import InputError
+from gpt.export import save_export
+from gpt.model import GPT
+
+if TYPE_CHECKING:
+    from gpt.train import TrainConfig
+
+# Dense bf16 peak FLOP/s, for MFU. A GPU not listed shows no MFU rather than a wrong one.
+PEAK_FLOPS = {"H100 PCIe": 756e12, "H100": 989e12, "H200": 989e12, "A100": 312e12, "L4": 121e12}
+
+
+class NonFiniteLoss(InputError):
+    """Training diverged. Reported like bad input (one line, exit code 2) because the cause is
+    almost always a hyper-parameter: the learning rate, or no gradient clipping."""
+
+
+@dataclass
+class TrainState:
+    """The progress a checkpoint restores, besides weights, optimizer and RNG states."""
+
+    step: int = 0
+    """Optimizer steps done. Also the data position: step s trains on the windows drawn from
+    (seed, s), and the learning rate is a function of (step, elapsed_s)."""
+    elapsed_s: float = 0.0
+    """Training wall time summed over every attempt: what --time_budget counts."""
+    tokens: int = 0
+    """Tokens trained on, over all ranks."""
+
+
+def lr_at(cfg: TrainConfig, step: int, elapsed_s: float) -> float:
+    """Linear warmup, then cosine decay to min_lr over the steps or the time budget, whichever
+    is further along (so a run stopped by the clock still ends at a low learning rate)."""
+    if step < cfg.warmup_iters:
+        return cfg.learning_rate * (step + 1) / (cfg.warmup_iters + 1)
+    progress = (step - cfg.warmup_iters) / (cfg.max_iters - cfg.warmup_iters)
+    if cfg.time_budget:
+        progress = max(progress, elapsed_s / cfg.time_budget)
+    coeff = 0.5 * (1.0 + math.cos(math.pi * min(progress, 1.0)))
+    return cfg.min_lr + coeff * (cfg.learning_rate - cfg.min_lr)
+
+
+def build_optimizer(model: GPT, cfg: TrainConfig, device: torch.device) -> torch.optim.AdamW:
+    """AdamW; weight decay on the 2-D weights (matmuls, embeddings) only, not on biases and
+    LayerNorm gains, which set scales rather than store features."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    groups = [
+        {"params": [p for p in params if p.dim() >= 2], "weight_decay": cfg.weight_decay},
+        {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
+    ]
+    # The fused kernel is one launch for all parameters on CUDA, and faster on CPU as well.
+    return torch.optim.AdamW(groups, lr=cfg.learning_rate, betas=(0.9, cfg.beta2), fused=True)
+
+
+def seed_everything(seed: int) -> None:
+    torch.manual_seed(seed)
+    np.random.seed(seed % 2**32)
+    random.seed(seed)
+
+
+def _duration(seconds: float) -> str:
+    seconds = max(0, round(seconds))
+    return f"{seconds // 60}m{seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s"
+
+
+class Trainer:
+    def __init__(self, cfg: TrainConfig, world: World) -> None:
+        self.cfg, self.world, self.run = cfg, world, cfg.rundir
+        self.device = world.device
+        self.data = TokenData.load(self.run)
+        self.data.check_block_size(cfg.block_size)
+        parts = world.size * cfg.grad_accum
+        if cfg.batch_size % parts:
+            raise InputError(
+                f"--batch_size {cfg.batch_size}: must split evenly over {world.size} process(es) "
+                f"x --grad_accum {cfg.grad_accum} micro-steps"
+            )
+        self.micro_batch = cfg.batch_size // parts
+        self.tokens_per_step = cfg.batch_size * cfg.block_size
+        self.batches = Batches(self.data.train, cfg.block_size, cfg.batch_size, cfg.seed)
+        self.eval_windows = eval_offsets(
+            len(self.data.val), cfg.block_size, cfg.eval_iters * cfg.batch_size
+        )
+
+        seed_everything(cfg.seed)  # every rank builds the same initial weights
+        self.model = GPT(cfg.model_config(self.data.meta.vocab_size)).to(self.device)
+        self.optimizer = build_optimizer(self.model, cfg, self.device)
+        self.state = TrainState()
+        seed_everything(cfg.seed + world.rank)  # but draws its own dropout masks
+        self.resumed_from = self._restore_or_start()
+
+        # What runs the training step: maybe compiled, then wrapped by DDP. self.model stays the
+        # plain module for evaluation, checkpoints and export.
+        step_model = torch.compile(self.model) if cfg.compile else self.model
+        self.step_model = DDP(step_model) if world.distributed else step_model
+        cuda = self.device.type == "cuda"
+        self.bf16 = cuda and torch.cuda.is_bf16_supported()
+        peaks = [v for k, v in PEAK_FLOPS.items() if cuda and k in torch.cuda.get_device_name()]
+        self.peak_flops = world.size * peaks[0] if peaks and self.bf16 else None
+
+    def _autocast(self):
+        if self.bf16:
+            return torch.autocast("cuda", dtype=torch.bfloat16)
+        return contextlib.nullcontext()
+
+    def log(self, message: str) -> None:
+        if self.world.is_main:
+            print(message, flush=True)
+
+    # -- start or resume ---------------------------------------------------------------------
+
+    def _restore_or_start(self) -> str | None:
+        """Load ckpt/LATEST if --resume allows and there is one; return its name."""
+        cfg, run = self.cfg, self.run
+        latest = checkpoint.find_latest(run) if cfg.resume != "never" else None
+        if latest is None:
+            if cfg.resume == "require":
+                raise InputError(f"--resume require: no checkpoint to resume in {run.ckpt_dir}")
+            if self.world.is_main:  # a fresh start must not mix with an earlier attempt's files
+                checkpoint.clear(run)
+                run.train_jsonl.unlink(missing_ok=True)
+            return None
+        state, rngs = checkpoint.read_state(latest)
+        self._check_compatible(latest, state)
+        checkpoint.load_weights(latest, self.model, self.optimizer, self.device)
+        self.state = TrainState(**state["train"])
+        # A rank the saved run did not have keeps its fresh seed.
+        if str(self.world.rank) in rngs:
+            checkpoint.set_rng_state(rngs[str(self.world.rank)], self.device)
+        if self.world.is_main:
+            checkpoint.prune(run, cfg.keep_last)  # staging dirs of a write that was cut off
+            report.keep_until(run.train_jsonl, self.state.step)
+        return latest.name
+
+    def _check_compatible(self, path, state: dict[str, Any]) -> None:
+        def diff(saved: dict, now: dict) -> list[str]:
+            return [f"{k} {saved.get(k)!r} -> {v!r}" for k, v in now.items() if saved.get(k) != v]
+
+        hint = "use a new --run, or --resume never to start over"
+        for what, saved, now in (
+            ("on different data", state["data"], self.data.meta.identity()),
+            ("with a different model", state["model"], dataclasses.asdict(self.model.config)),
+        ):
+            if changed := diff(saved, now):
+                raise InputError(f"{path}: trained {what} ({'; '.join(changed)}); {hint}")
+        settings = {k: v for k, v in vars(self.cfg).items() if k not in ("root", "run", "resume")}
+        if changed := diff(state["config"], settings):
+            self.log(f"resuming with changed settings: {'; '.join(changed)}")
+
+    # -- the loop -----------------------------------------------------------------------------
+
+    def done(self) -> bool:
+        st, cfg = self.state, self.cfg
+        return st.step >= cfg.max_iters or 0 < cfg.time_budget <= st.elapsed_s
+
+    def fit(self) -> None:
+        cfg, st, world = self.cfg, self.state, self.world
+        mc = self.model.config
+        self.log(
+            f"train-gpt: {self.model.num_params() / 1e6:.2f}M parameters ({mc.n_layer} layers, "
+            f"{mc.n_head} heads, {mc.n_embd} wide, context {mc.block_size}, vocab "
+            f"{mc.vocab_size}) | {world.size} process(es) on {self.device.type}, "
+            f"{torch.get_num_threads()} thread(s) each | {cfg.batch_size} x {cfg.block_size} = "
+            f"{self.tokens_per_step:,} tokens per step | {self.data.meta.train_tokens:,} train, "
+            f"{self.data.meta.val_tokens:,} val tokens"
+        )
+        if self.resumed_from:
+            self.log(f"resumed from {self.resumed_from}: step {st.step}, "
+                     f"{_duration(st.elapsed_s)} trained so far")
+        start, start_elapsed = time.perf_counter(), st.elapsed_s
+        self._mark = (start, st.step)
+        last_val: dict[str, float] | None = None
+        while not self.done():
+            lr = lr_at(cfg, st.step, st.elapsed_s)
+            loss = self._train_step(lr)
+            st.step += 1
+            st.tokens += self.tokens_per_step
+            # Rank 0's clock decides, so every rank takes the same lr and stops at the same step.
+            st.elapsed_s = world.from_main(start_elapsed + time.perf_counter() - start)
+            faults.step_done(st.step, world.rank)
+            record: dict[str, Any] = {}
+            if st.step % cfg.log_interval == 0:
+                record |= self._progress(loss, lr)
+            if st.step % cfg.eval_interval == 0 or self.done():
+                record |= (last_val := self.evaluate())
+            if record and world.is_main:
+                append_jsonl(self.run.train_jsonl, {"step": st.step, **record})
+            if st.step % cfg.ckpt_interval == 0 or self.done():
+                self._save()
+        if last_val is None:  # nothing left to train: a restart after the end re-exports
+            last_val = self.evaluate()
+        if world.is_main:
+            self._finish(last_val)
+
+    def _train_step(self, lr: float) -> torch.Tensor:
+        """One optimizer step on this rank's share of the step's windows; returns its mean loss."""
+        cfg, world, st = self.cfg, self.world, self.state
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        accum = cfg.grad_accum
+        total = torch.zeros((), device=self.device)
+        for micro in range(accum):
+            x, y = self.batches.get(st.step, world.rank * accum + micro, world.size * accum,
+                                    self.device)
+            # DDP all-reduces gradients during backward; only the last micro-step needs that.
+            last = micro == accum - 1
+            no_sync = self.step_model.no_sync() if world.distributed and not last else None
+            with no_sync or contextlib.nullcontext():
+                with self._autocast():
+                    _, loss = self.step_model(x, y)
+                (loss / accum).backward()
+            total += loss.detach()
+        norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.grad_clip or math.inf)
+        # The norm is of the all-reduced gradients, so every rank sees a bad step together.
+        if not torch.isfinite(norm + total).item():
+            raise NonFiniteLoss(
+                f"step {st.step + 1}: loss {total.item() / accum:.4g}, gradient norm "
+                f"{norm.item():.4g}; stopped before the optimizer step, and nothing of this step "
+                "was saved; lower --learning_rate or set --grad_clip"
+            )
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return total / accum
+
+    def _progress(self, loss: torch.Tensor, lr: float) -> dict[str, Any]:
+        cfg, st = self.cfg, self.state
+        loss_value = self.world.sum([loss.item()])[0] / self.world.size
+        now = time.perf_counter()
+        since, since_step = self._mark
+        self._mark = (now, st.step)
+        per_step = (now - since) / max(1, st.step - since_step)
+        tokens_per_s = self.tokens_per_step / per_step
+        eta = (cfg.max_iters - st.step) * per_step
+        if cfg.time_budget:
+            eta = min(eta, cfg.time_budget - st.elapsed_s)
+        mfu = ""
+        record = {"loss": loss_value, "lr": lr, "tokens_per_s": tokens_per_s,
+                  "elapsed_s": st.elapsed_s}
+        if self.peak_flops:
+            record["mfu"] = self.model.flops_per_token() * tokens_per_s / self.peak_flops
+            mfu = f" | MFU {record['mfu']:.1%}"
+        self.log(
+            f"step {st.step:>5}/{cfg.max_iters} | loss {loss_value:.4f} | lr {lr:.2e} | "
+            f"{tokens_per_s:,.0f} tok/s{mfu} | {_duration(st.elapsed_s)} elapsed, "
+            f"ETA {_duration(eta)}"
+        )
+        return record
+
+    @torch.no_grad()
+    def evaluate(self) -> dict[str, float]:
+        """Mean validation loss over the fixed evaluation windows, split over the ranks."""
+        self.model.eval()
+        mine = self.eval_windows[self.world.rank :: self.world.size]
+        total = 0.0
+        for x, y in eval_batches(self.data.val, mine, self.cfg.block_size, self.micro_batch,
+                                 self.device):
+            with self._autocast():
+                _, loss = self.model(x, y)
+            total += loss.item() * len(x)
+        total, count = self.world.sum([total, len(mine)])
+        self.model.train()
+        val = total / count
+        bpb = self.data.meta.bits_per_byte(val)
+        self.log(f"step {self.state.step}: val loss {val:.4f} nats/token, {bpb:.3f} bits/byte")
+        self._mark = (time.perf_counter(), self.state.step)  # tokens/s counts training only
+        return {"val_loss": val, "val_bpb": bpb}
+
+    def _save(self) -> None:
+        rngs = self.world.gather_json(checkpoint.rng_state(self.device))
+        if self.world.is_main:
+            state = {
+                "train": dataclasses.asdict(self.state),
+                "config": {k: v for k, v in vars(self.cfg).items()},
+                "model": dataclasses.asdict(self.model.config),
+                "data": self.data.meta.identity(),
+                "world_size": self.world.size,
+            }
+            path = checkpoint.save(self.run, self.state.step, self.model, self.optimizer, state,
+                                   rngs, self.cfg.keep_last)
+            self.log(f"saved checkpoint {path.name}")
+        self._mark = (time.perf_counter(), self.state.step)
+
+    def _finish(self, val: dict[str, float]) -> None:
+        cfg, st, run = self.cfg, self.state, self.run
+        save_export(self.model, self.data.tokenizer, run.model_dir)
+        stopped_by = "max_iters" if st.step >= cfg.max_iters else "time_budget"
+        report.write(run, cfg, self.model, self.data.meta, st, val, stopped_by, self.world.size,
+                     self.device.type)
+        self.log(
+            f"done: {st.step} steps, {st.tokens:,} tokens in {_duration(st.elapsed_s)} "
+            f"(stopped by {stopped_by}); val {val['val_loss']:.4f} nats/token, "
+            f"{val['val_bpb']:.3f} bits/byte; model in {run.model_dir}, report in {run.report_md}"
+        )
