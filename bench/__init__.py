@@ -1,1 +1,1 @@
-"""Benchmarks: `make bench` (all) and `make bench-quick`. They report numbers; they never fail on them."""
+"""Benchmarks: `make bench` (all) and `make bench-quick`. They report numbers, never pass/fail."""

@@ -102,10 +102,12 @@ class Result:
         return path
 
     def markdown(self) -> str:
-        head = "| " + " | ".join(self.columns) + " |"
+        def line(cells: list[str]) -> str:
+            return "| " + " | ".join(cells) + " |"
+
+        body = [line([_fmt(row.get(c, "")) for c in self.columns]) for row in self.rows]
         rule = "|" + "---|" * len(self.columns)
-        body = ["| " + " | ".join(_fmt(row.get(c, "")) for c in self.columns) + " |" for row in self.rows]
-        return "\n".join([f"### {self.name}", "", head, rule, *body, ""])
+        return "\n".join([f"### {self.name}", "", line(self.columns), rule, *body, ""])
 
 
 def _fmt(value: Any) -> str:

@@ -1,0 +1,54 @@
+"""`python -m bench [--quick] [names...]`: run benchmarks, print a summary table, write results.
+
+Each benchmark module has `run(quick) -> Result`; results land in `bench/results/<name>.json`
+and the summary in `bench/results/summary.md`. Benchmarks report; they never fail on a number.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import time
+
+from bench.harness import RESULTS, machine
+
+BENCHMARKS = {
+    "corpus": "bench.corpus_speed",
+}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="fewer repeats and cases (< 1 min)")
+    known = ", ".join(BENCHMARKS)
+    parser.add_argument("names", nargs="*", help=f"benchmarks to run: {known} (default: all)")
+    args = parser.parse_args()
+    names = args.names or list(BENCHMARKS)
+    unknown = sorted(set(names) - set(BENCHMARKS))
+    if unknown:
+        parser.error(f"unknown benchmark(s) {', '.join(unknown)}; choose from {known}")
+    info = machine()
+    lines = [
+        "# Benchmark results",
+        "",
+        f"Machine: {info['cpu']}, {info['cores']} cores, torch {info['torch']} "
+        f"({info['torch_threads']} threads), GPU: {info['gpu'] or 'none'}. "
+        f"{'Quick run' if args.quick else 'Full run'}, {time.strftime('%Y-%m-%d')}.",
+        "",
+    ]
+    for name in names:
+        print(f"bench: {name} ...", flush=True)
+        t0 = time.perf_counter()
+        result = importlib.import_module(BENCHMARKS[name]).run(args.quick)
+        path = result.write()
+        table = result.markdown()
+        print(table)
+        print(f"bench: {name} done in {time.perf_counter() - t0:.0f} s, wrote {path}", flush=True)
+        lines.append(table)
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / "summary.md").write_text("\n".join(lines) + "\n")
+    print(f"bench: summary in {RESULTS / 'summary.md'}")
+
+
+if __name__ == "__main__":
+    main()
