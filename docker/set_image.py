@@ -46,10 +46,10 @@ def set_image(text: str, repo: str, ref: str) -> str:
             continue
         done = set()
         for i in range(first, last):
-            m = re.match(r"(?P<key>\s*(- )?(?P<k>newName|newTag):\s*)(?P<q>['\"]?)", lines[i])
+            m = re.match(r"(?P<key>\s*(- )?(?P<k>newName|newTag):\s*)", lines[i])
             if m:
                 value = new_name if m["k"] == "newName" else new_tag
-                quote = m["q"] or ('"' if NOT_A_PLAIN_STRING.fullmatch(value) else "")
+                quote = '"' if NOT_A_PLAIN_STRING.fullmatch(value) else ""
                 lines[i] = f"{m['key']}{quote}{value}{quote}\n"
                 done.add(m["k"])
         if done != {"newName", "newTag"}:
