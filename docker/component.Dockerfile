@@ -15,13 +15,16 @@ COPY pyproject.toml docker/requirements.py ./
 RUN python requirements.py pyproject.toml pipeline > requirements.txt \
  && pip install --requirement requirements.txt
 # The project with --no-deps: its core dependencies are the workload's (PyTorch and friends); the
-# steps import only `components`, `pipeline` and gpt's standard-library config types.
+# steps import only `components`, `pipeline` and gpt's standard-library config types. The smoke
+# test imports every module of both as installed (-I: not from the source here) without them.
 COPY README.md ./
 COPY gpt/ gpt/
 COPY components/ components/
 COPY pipeline/ pipeline/
 RUN pip install --no-deps . \
- && python -c "import kfp, kubernetes, components, pipeline; print('kfp', kfp.__version__)"
+ && python -I -c "import importlib, pkgutil, kfp, components, pipeline; \
+print('kfp', kfp.__version__, *[importlib.import_module(f'{p.__name__}.{m.name}').__name__ \
+for p in (components, pipeline) for m in pkgutil.iter_modules(p.__path__)])"
 
 # No USER: KFP v2 steps write their artifacts under /minio, /s3 or /gcs at the filesystem root,
 # which a non-root user cannot create (kubeflow/pipelines#10397); KFP's pod spec decides the user.

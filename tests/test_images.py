@@ -183,6 +183,24 @@ def test_component_image_pins_the_kfp_that_compiles_the_pipeline() -> None:
     assert project and all("--no-deps" in a for a in project)
 
 
+def test_components_and_pipeline_import_without_the_workload_dependencies() -> None:
+    # The component image has none of the core dependencies (PyTorch, numpy, ...): every module
+    # of components/ and pipeline/ must import without them, as the image's smoke test does.
+    core = [re.split(r"[\[<>=!~; ]", r)[0] for r in requirements(str(PROJECT / "pyproject.toml"))]
+    probe = textwrap.dedent(f"""
+        import importlib, pkgutil, sys
+        for name in {core!r}:
+            sys.modules[name] = None  # `import name` now raises ImportError
+        import components, pipeline
+        for package in (components, pipeline):
+            for m in pkgutil.iter_modules(package.__path__):
+                importlib.import_module(f"{{package.__name__}}.{{m.name}}")
+    """)
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                            cwd=PROJECT)
+    assert result.returncode == 0, result.stderr.strip().splitlines()[-1]
+
+
 @pytest.mark.parametrize("dockerfile", [WORKLOAD_DOCKERFILE, COMPONENT_DOCKERFILE], ids=str)
 def test_base_image_is_pinned(dockerfile: Path) -> None:
     bases = [rest for ins, rest in instructions(dockerfile) if ins == "FROM"]
