@@ -12,6 +12,7 @@ import fnmatch
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -426,6 +427,22 @@ def test_set_image_repoints_the_entry_and_keeps_everything_else() -> None:
     # Setting it back restores the file byte for byte: comments and layout survive.
     ref = f"{original['newName']}:{original['newTag']}"
     assert set_image(after, "gpt-workload", ref) == before
+
+
+def test_kustomize_rewrites_every_runtime_container(tmp_path: Path) -> None:
+    # ClusterTrainingRuntime is a CRD: kustomize's images: must still reach its nested containers.
+    kubectl = shutil.which("kubectl")
+    if kubectl is None:
+        pytest.skip("kubectl (with its embedded kustomize) is not installed")
+    runtimes = tmp_path / "runtimes"
+    shutil.copytree(PROJECT / "runtimes", runtimes)
+    kustomization = runtimes / "kustomization.yaml"
+    ref = "registry.example.com:5000/me/gpt-workload:v9"
+    kustomization.write_text(set_image(kustomization.read_text(), "gpt-workload", ref))
+    rendered = subprocess.run([kubectl, "kustomize", str(runtimes)], capture_output=True,
+                              text=True, check=True).stdout
+    found = re.findall(r"^\s*image:\s*(\S+)", rendered, re.M)
+    assert len(found) == 3 and set(found) == {ref}, found
 
 
 @pytest.mark.parametrize(
