@@ -1,0 +1,101 @@
+"""The local backend: run a stage as a process on this machine instead of in a TrainJob.
+
+The command is the one a TrainJob container runs (`python -m gpt <stage> ...`, or torchrun with
+several processes), so a pipeline that works locally exercises the same contract as on a cluster.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import threading
+from collections import deque
+from collections.abc import Callable
+
+LOG_TAIL_LINES = 40
+
+
+def command(stage: str, args: list[str], num_proc_per_node: int = 1) -> list[str]:
+    """The process to start: this interpreter, through torchrun when more than one process."""
+    if num_proc_per_node > 1:
+        torchrun = ["-m", "torch.distributed.run", "--standalone"]
+        return [
+            sys.executable,
+            *torchrun,
+            f"--nproc_per_node={num_proc_per_node}",
+            "-m",
+            "gpt",
+            stage,
+            *args,
+        ]
+    return [sys.executable, "-m", "gpt", stage, *args]
+
+
+def environment(num_proc_per_node: int) -> dict[str, str]:
+    """This environment, with the CPU's threads shared out between the processes.
+
+    Several ranks each using every core oversubscribe the CPU and run slower than one rank.
+    """
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    if num_proc_per_node > 1 and "OMP_NUM_THREADS" not in os.environ:
+        env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // num_proc_per_node))
+    return env
+
+
+def run_local(
+    stage: str,
+    args: list[str],
+    *,
+    num_proc_per_node: int = 1,
+    timeout: float = 3600,
+    say: Callable[[str], None] = print,
+) -> None:
+    """Run the stage to the end, echoing its output; raise with the output's tail if it fails.
+
+    stdin is closed: the prompt stage answers its --prompt values and exits, and without prompts
+    its interactive loop sees end-of-input at once instead of waiting on a pipeline step.
+    """
+    cmd = command(stage, args, num_proc_per_node)
+    say("running: " + " ".join(cmd))
+    tail: deque[str] = deque(maxlen=LOG_TAIL_LINES)
+    expired = threading.Event()
+    with subprocess.Popen(
+        cmd,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=environment(num_proc_per_node),
+        # Its own process group, so torchrun's workers end with it.
+        start_new_session=True,
+    ) as proc:
+
+        def kill() -> None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+
+        def expire() -> None:
+            expired.set()
+            kill()
+
+        # Reading the output blocks on the pipe, so the deadline is a timer that kills the process.
+        timer = threading.Timer(timeout, expire)
+        timer.start()
+        try:
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                say(line.rstrip("\n"))
+                tail.append(line.rstrip("\n"))
+            code = proc.wait()
+        finally:
+            timer.cancel()
+            kill()  # leftovers of a finished run, or all of it if we were interrupted
+    if expired.is_set():
+        raise TimeoutError(f"python -m gpt {stage} did not finish within {timeout:g} s; stopped it")
+    if code != 0:
+        raise RuntimeError(
+            f"python -m gpt {stage} exited with code {code}. Output tail:\n" + "\n".join(tail)
+        )

@@ -1,0 +1,260 @@
+# ruff: noqa: F811  (pytest fixtures imported from apiserver.py are redefined as arguments)
+"""The TrainJob launcher: names, spec, files through the log, and following a TrainJob for real.
+
+The API-server tests play the Trainer controller: they patch `status.conditions` of the TrainJob
+the launcher created, and the launcher must react (watch, not polling sleeps).
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+import subprocess
+import threading
+import time
+from datetime import UTC, datetime
+
+import pytest
+from apiserver import apiserver, custom_api  # noqa: F401  (fixtures)
+
+from components import launcher
+from components.launcher import GROUP, PLURAL, VERSION, TrainJobSpec
+
+RFC1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+SPEC = TrainJobSpec(
+    stage="train-gpt",
+    runtime="gpt-train",
+    image="example.com/gpt-workload:test",
+    command=["python", "-m", "gpt", "train"],
+    args=["--max_iters", "10"],
+    env={"A": "1"},
+    num_nodes=2,
+    num_proc_per_node=3,
+)
+
+
+# ---- names and spec -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "run",
+    ["demo", "6f1c2a9e-3b7d-4c1e-9a2f-0d4e5b6c7a8b", "Run_With.Odd--Chars_", "x" * 128, "-"],
+)
+def test_name_is_an_rfc1035_label_that_starts_with_the_stage(run):
+    names = {launcher.trainjob_name("generative-prompt", run) for _ in range(20)}
+    assert len(names) == 20, "two attempts of one run and stage must never share a name"
+    for name in names:
+        assert RFC1035.match(name) and len(name) <= 63, name
+        assert name.startswith("generative-prompt-")
+
+
+def test_name_keeps_the_run_readable():
+    name = launcher.trainjob_name("load-corpus", "My.Run", suffix="abc123")
+    assert name == "load-corpus-my-run-abc123"
+
+
+def test_spec_sets_only_runtime_ref_and_trainer():
+    body = launcher.build_trainjob(SPEC, "train-gpt-demo-abc123", "training", "Run 1/x")
+    assert set(body["spec"]) == {"runtimeRef", "trainer"}
+    assert body["spec"]["runtimeRef"] == {"name": "gpt-train"}
+    trainer = body["spec"]["trainer"]
+    assert set(trainer) <= {
+        "image", "command", "args", "env", "numNodes", "numProcPerNode", "resourcesPerNode"
+    }  # fmt: skip
+    assert trainer["numNodes"] == 2 and trainer["numProcPerNode"] == 3
+    assert trainer["env"] == [{"name": "A", "value": "1"}]
+    labels = body["metadata"]["labels"]
+    assert labels[launcher.RUN_LABEL] == "Run-1-x"  # a valid label value, traceable to the run
+    assert labels[launcher.STAGE_LABEL] == "train-gpt"
+
+
+# ---- files carried back through the log ---------------------------------------------------------
+
+
+def test_files_come_back_through_the_log_of_a_real_shell(tmp_path):
+    run = tmp_path / "run"
+    (run / "metrics").mkdir(parents=True)
+    png = bytes(range(256)) * 300  # binary, many base64 lines
+    (run / "metrics" / "loss.png").write_bytes(png)
+    (run / "metrics" / "train.jsonl").write_text('{"step": 0}\n')
+    script = launcher.emit_script(str(run), ["metrics/loss.png", "metrics/train.jsonl", "nope.txt"])
+    out = subprocess.run(
+        ["sh", "-c", script, "stage", "echo", "training output"],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    assert out.stdout.startswith("training output\n")
+    files = launcher.files_from_log(out.stdout)
+    assert files == {"metrics/loss.png": png, "metrics/train.jsonl": b'{"step": 0}\n'}
+    # A TTY (the prompt's container) turns every newline into \r\n.
+    assert launcher.files_from_log(out.stdout.replace("\n", "\r\n")) == files
+
+
+def test_failing_stage_keeps_its_exit_code_and_prints_nothing(tmp_path):
+    (tmp_path / "f").write_text("x")
+    script = launcher.emit_script(str(tmp_path), ["f"])
+    out = subprocess.run(["sh", "-c", script, "stage", "sh", "-c", "exit 3"], capture_output=True)
+    assert out.returncode == 3 and b"gpt-trainjobs file" not in out.stdout
+
+
+def test_only_node_zero_prints_files(tmp_path):
+    (tmp_path / "f").write_text("x")
+    script = launcher.emit_script(str(tmp_path), ["f"])
+    out = subprocess.run(
+        ["sh", "-c", script, "stage", "true"], capture_output=True, text=True,
+        env={"PET_NODE_RANK": "1", "PATH": "/usr/bin:/bin"},
+    )  # fmt: skip
+    assert launcher.files_from_log(out.stdout) == {}
+
+
+# ---- against the API server ---------------------------------------------------------------------
+
+
+def condition(kind: str, reason: str, message: str) -> dict:
+    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return {
+        "type": kind,
+        "status": "True",
+        "reason": reason,
+        "message": message,
+        "lastTransitionTime": now,
+    }
+
+
+class Controller(threading.Thread):
+    """Plays the Trainer: waits for the launcher's TrainJob, then sets a condition on it."""
+
+    def __init__(self, api, namespace: str, cond: dict | None, delay: float = 0.3):
+        super().__init__(daemon=True)
+        self.api, self.namespace, self.cond, self.delay = api, namespace, cond, delay
+        self.created: dict | None = None
+        self.patched_at: float | None = None
+        self.error: BaseException | None = None
+        self.start()
+
+    def run(self) -> None:
+        try:
+            end = time.monotonic() + 30
+            while self.created is None and time.monotonic() < end:
+                items = self.api.list_namespaced_custom_object(
+                    GROUP, VERSION, self.namespace, PLURAL
+                )["items"]
+                self.created = items[0] if items else None
+                time.sleep(0.05)  # the test's own poll, not the code under test's
+            if self.cond is None or self.created is None:
+                return
+            time.sleep(self.delay)
+            name = self.created["metadata"]["name"]
+            # Stamped before the request: a latency measured from here includes the patch itself.
+            self.patched_at = time.monotonic()
+            status = {"status": {"conditions": [self.cond]}}
+            self.api.patch_namespaced_custom_object_status(
+                GROUP, VERSION, self.namespace, PLURAL, name, status
+            )
+        except BaseException as e:  # surfaced by the test
+            self.error = e
+
+
+def namespace() -> str:
+    return f"t-{secrets.token_hex(4)}"
+
+
+def fake_log(ns, name, tail):
+    return f"log of {name} (tail={tail})\nline two"
+
+
+@pytest.mark.apiserver
+def test_returns_on_complete_within_a_second(custom_api):
+    ns = namespace()
+    ctl = Controller(custom_api, ns, condition("Complete", "JobsCompleted", "done"), delay=1.0)
+    outcome = launcher.launch(SPEC, ns, "demo", 30, api=custom_api, log_reader=fake_log)
+    returned_at = time.monotonic()
+    assert ctl.error is None
+    assert outcome.name == ctl.created["metadata"]["name"]
+    latency = returned_at - ctl.patched_at
+    print(f"watch latency: {latency * 1000:.0f} ms")
+    assert latency < 1.0
+    assert outcome.log.startswith(f"log of {outcome.name} (tail=None)")
+    # What the server accepted is what the launcher built: the CRD schema and CEL rules passed.
+    stored = custom_api.get_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, outcome.name)
+    assert stored["spec"]["runtimeRef"]["name"] == "gpt-train"
+    assert stored["spec"]["trainer"]["numProcPerNode"] == 3
+
+
+@pytest.mark.apiserver
+def test_raises_with_reason_message_and_log_tail_on_failed(custom_api):
+    ns = namespace()
+    Controller(custom_api, ns, condition("Failed", "BackoffLimitExceeded", "node-0 exited 2"))
+    with pytest.raises(launcher.TrainJobFailed) as err:
+        launcher.launch(SPEC, ns, "demo", 30, api=custom_api, log_reader=fake_log)
+    text = str(err.value)
+    assert "BackoffLimitExceeded: node-0 exited 2" in text
+    assert f"(tail={launcher.LOG_TAIL_LINES})" in text and "line two" in text
+
+
+@pytest.mark.apiserver
+def test_deletes_and_raises_on_timeout(custom_api):
+    ns = namespace()
+    ctl = Controller(custom_api, ns, None)  # a controller that never finishes the job
+    start = time.monotonic()
+    with pytest.raises(launcher.TrainJobTimeout, match="did not finish within 2 s; deleted it"):
+        launcher.launch(SPEC, ns, "demo", 2, api=custom_api, log_reader=fake_log)
+    assert time.monotonic() - start < 4
+    ctl.join(5)
+    assert ctl.created is not None
+    assert custom_api.list_namespaced_custom_object(GROUP, VERSION, ns, PLURAL)["items"] == []
+
+
+@pytest.mark.apiserver
+def test_watch_resumes_after_its_window_ends(custom_api, monkeypatch):
+    monkeypatch.setattr(launcher, "WATCH_WINDOW_S", 1)
+    ns = namespace()
+    ctl = Controller(custom_api, ns, condition("Complete", "JobsCompleted", "done"), delay=2.5)
+    launcher.launch(SPEC, ns, "demo", 30, api=custom_api, log_reader=fake_log)
+    assert time.monotonic() - ctl.patched_at < 1.0
+
+
+class GoneOnce:
+    """The real API, except the first watch answers 410 Gone (the version was compacted)."""
+
+    def __init__(self, api):
+        self.api, self.watches = api, 0
+
+    def __getattr__(self, name):
+        return getattr(self.api, name)
+
+    def list_namespaced_custom_object(self, *args, **kwargs):
+        if kwargs.get("watch"):
+            self.watches += 1
+            if self.watches == 1:
+                from kubernetes.client.rest import ApiException
+
+                raise ApiException(status=410, reason="Gone")
+        return self.api.list_namespaced_custom_object(*args, **kwargs)
+
+
+@pytest.mark.apiserver
+def test_watch_recovers_from_410_gone(custom_api):
+    ns = namespace()
+    api = GoneOnce(custom_api)
+    ctl = Controller(custom_api, ns, condition("Complete", "JobsCompleted", "done"), delay=1.0)
+    launcher.launch(SPEC, ns, "demo", 30, api=api, log_reader=fake_log)
+    assert api.watches >= 2 and ctl.patched_at is not None
+
+
+@pytest.mark.apiserver
+def test_never_reuses_an_old_trainjob(custom_api):
+    ns = namespace()
+    names = []
+    for _ in range(2):
+        ctl = Controller(custom_api, ns, condition("Complete", "JobsCompleted", "done"), 0.1)
+        outcome = launcher.launch(SPEC, ns, "demo", 30, api=custom_api, log_reader=fake_log)
+        names.append(outcome.name)
+        ctl.join(5)
+        custom_api.delete_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, names[-1])
+    assert names[0] != names[1]
+
+
+def test_the_log_reader_tolerates_a_server_without_pods(apiserver, monkeypatch):
+    monkeypatch.setenv("KUBECONFIG", str(apiserver.kubeconfig))
+    launcher.load_kube_config()
+    assert "no pods found" in launcher.read_pod_log("training", "train-gpt-x-abc123", 10)
