@@ -225,6 +225,38 @@ def read_pod_log(namespace: str, trainjob: str, tail_lines: int | None) -> str:
         return f"(log of pod {name} unavailable: {e.status} {e.reason})"
 
 
+def attach_hint(
+    namespace: str,
+    say: Callable[[str], None] = print,
+    find_pods: Callable[[str, str], list[Any]] = pods_of,
+) -> Callable[[dict[str, Any]], None]:
+    """An `on_update` for an interactive TrainJob: tell the person how to attach, exactly.
+
+    At once, a command that finds the pod by label; then, as soon as an update of the TrainJob
+    (its jobsStatus changes when pods start) finds the pod, its name. No polling.
+    """
+    told: set[str] = set()
+
+    def update(obj: dict[str, Any]) -> None:
+        name = obj["metadata"]["name"]
+        if "label" not in told:
+            told.add("label")
+            say(
+                f"To talk to the model once its pod runs:\n  kubectl -n {namespace} attach -it "
+                f"$(kubectl -n {namespace} get pod -l {JOBSET_LABEL}={name} -o name) -c {CONTAINER}"
+            )
+        if "pod" not in told:
+            pods = find_pods(namespace, name)
+            if pods:
+                told.add("pod")
+                say(
+                    f"Pod {pods[0].metadata.name} is up; attach with:\n"
+                    f"  kubectl -n {namespace} attach -it {pods[0].metadata.name} -c {CONTAINER}"
+                )
+
+    return update
+
+
 def conditions(obj: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """status.conditions by type, only those that are True."""
     found = (obj.get("status") or {}).get("conditions") or []

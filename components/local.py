@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -59,7 +60,7 @@ def run_local(
     its interactive loop sees end-of-input at once instead of waiting on a pipeline step.
     """
     cmd = command(stage, args, num_proc_per_node)
-    say("running: " + " ".join(cmd))
+    say("running: " + shlex.join(cmd))
     tail: deque[str] = deque(maxlen=LOG_TAIL_LINES)
     expired = threading.Event()
     with subprocess.Popen(

@@ -33,8 +33,6 @@ class Stage:
     """Pipeline step and TrainJob name prefix."""
     runtime: str
     """The ClusterTrainingRuntime in runtimes/."""
-    config: tuple[str, str]
-    """(module, class) of the stage's config dataclass, which validates its flags."""
     outputs: tuple[str, ...]
     """Run-directory files the component reports back, as `RunDir` attribute names."""
     distributed: bool = False
@@ -48,22 +46,19 @@ STAGES: dict[str, Stage] = {
             "corpus",
             "load-corpus",
             "gpt-load-corpus",
-            ("gpt.corpus", "CorpusConfig"),
             ("meta_json", "source_json"),
         ),
         Stage(
             "train",
             "train-gpt",
             "gpt-train",
-            ("gpt.train", "TrainConfig"),
-            ("train_jsonl", "report_md", "loss_png", "meta_json"),
+            ("train_jsonl", "report_md", "loss_png"),
             distributed=True,
         ),
         Stage(
             "prompt",
             "generative-prompt",
             "gpt-generative-prompt",
-            ("gpt.prompt", "PromptConfig"),
             ("transcript_jsonl",),
         ),
     )
@@ -129,9 +124,10 @@ def validate(
 
 
 def _parse_with_stage_config(stage: Stage, args: list[str], say: Callable[[str], None]) -> None:
+    from gpt.__main__ import STAGES as CLI_STAGES
     from gpt.config import parse_config
 
-    module_name, class_name = stage.config
+    module_name, class_name, _ = CLI_STAGES[stage.cli]
     try:
         config_class = getattr(importlib.import_module(module_name), class_name)
     except ImportError as e:

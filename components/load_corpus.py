@@ -1,0 +1,63 @@
+"""KFP component `load-corpus`: fetch, clean and tokenize a text into the run directory."""
+
+from kfp import dsl
+from kfp.dsl import Metrics, Output
+
+from components.images import component_image
+
+
+@dsl.component(base_image=component_image(), install_kfp_package=False)
+def load_corpus(
+    corpus_stats: Output[Metrics],
+    run: str = "",
+    kfp_run_id: str = "",
+    source: str = "default",
+    tokenizer: str = "gpt2",
+    compact: bool = True,
+    val_fraction: float = 0.1,
+    block_size: int = 256,
+    root: str = "/gpt",
+    backend: str = "trainjob",
+    namespace: str = "training",
+    timeout: float = 1800,
+) -> str:
+    """Run `python -m gpt corpus` (in a TrainJob on runtime gpt-load-corpus, or locally).
+
+    Args:
+        run: Run directory name under root; empty: the KFP run id (`kfp_run_id`).
+        kfp_run_id: The pipeline passes its run id here (dsl.PIPELINE_JOB_ID_PLACEHOLDER).
+        source: URL, file or directory of .txt files, or 'default' (the embedded corpus).
+        tokenizer: gpt2 or char.
+        compact: gpt2 only: keep just the tokens the corpus uses.
+        val_fraction: Fraction of the text, from its end, held out for validation.
+        block_size: Context length training will use.
+        root: Directory of run directories: /gpt (the PVC) for trainjob, any folder for local.
+        backend: trainjob (a Kubeflow Trainer TrainJob) or local (a process here).
+        namespace: Namespace of the TrainJob.
+        timeout: Seconds before the TrainJob is deleted and the step fails.
+
+    Returns:
+        The run directory name, for the next stages.
+    """
+    from components.artifacts import corpus_metrics
+    from components.stages import run_stage
+
+    run = run or kfp_run_id
+    files = run_stage(
+        "corpus",
+        dict(
+            root=root,
+            run=run,
+            source=source,
+            tokenizer=tokenizer,
+            compact=compact,
+            val_fraction=val_fraction,
+            block_size=block_size,
+        ),
+        backend=backend,
+        namespace=namespace,
+        timeout=timeout,
+    )
+    for name, value in corpus_metrics(files).items():
+        corpus_stats.log_metric(name, value)
+    return run

@@ -1,0 +1,117 @@
+"""`python -m pipeline compile|upload|run-local`: the compiled pipeline, to a cluster or run here.
+
+  compile    write pipeline/gpt_trainjobs_pipeline.yaml (committed; a test fails when it is stale)
+  upload     upload that YAML to Kubeflow Pipelines with kfp.Client (a new version if it exists)
+  run-local  run that YAML with kfp.local, every stage a local process (backend=local)
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+COMPILED = Path(__file__).resolve().parent / "gpt_trainjobs_pipeline.yaml"
+
+
+def compile_pipeline(output: Path = COMPILED) -> Path:
+    from kfp import compiler
+
+    from pipeline.pipeline import gpt_trainjobs_pipeline
+
+    compiler.Compiler().compile(gpt_trainjobs_pipeline, str(output))
+    return output
+
+
+def upload(package: Path, host: str | None, name: str, version: str | None) -> None:
+    import kfp
+
+    client = kfp.Client(host=host)
+    try:
+        existing = client.get_pipeline_id(name)
+    except Exception:  # noqa: BLE001  (the server answers "not found" in several ways)
+        existing = None
+    if existing:
+        version = version or _content_version(package)
+        result = client.upload_pipeline_version(
+            str(package), pipeline_version_name=version, pipeline_id=existing
+        )
+        print(f"uploaded version {version} of pipeline {name} ({existing}): {result}")
+    else:
+        result = client.upload_pipeline(str(package), pipeline_name=name)
+        print(f"uploaded pipeline {name}: {result}")
+
+
+def _content_version(package: Path) -> str:
+    import hashlib
+
+    return "v-" + hashlib.sha256(package.read_bytes()).hexdigest()[:12]
+
+
+def _value(text: str) -> Any:
+    """A `--set key=value` value: YAML, so 12 is an int, true a bool and [a, b] a list."""
+    return yaml.safe_load(text)
+
+
+def run_local(package: Path, root: Path, run: str, overrides: dict[str, Any]) -> dict[str, Any]:
+    """Run the compiled pipeline with kfp.local's SubprocessRunner, under root/run.
+
+    kfp.local deletes its workspace directory when the pipeline ends, so it gets a temporary one
+    of its own (never root); step outputs (metrics, report, transcript) go to root/kfp-outputs.
+    """
+    from kfp import components, local
+
+    root = root.resolve()
+    local.init(
+        runner=local.SubprocessRunner(use_venv=False),
+        pipeline_root=str(root / "kfp-outputs"),
+        raise_on_error=True,
+    )
+    pipeline = components.load_component_from_file(str(package))
+    arguments = {"backend": "local", "root": str(root), "run": run, **overrides}
+    return pipeline(**arguments)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m pipeline", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("compile", help="compile the pipeline to YAML")
+    p.add_argument("--output", type=Path, default=COMPILED)
+    p = sub.add_parser("upload", help="upload the compiled YAML to Kubeflow Pipelines")
+    p.add_argument("--package", type=Path, default=COMPILED)
+    p.add_argument("--host", default=None, help="KFP API endpoint (default: kfp.Client's)")
+    p.add_argument("--name", default="gpt-trainjobs")
+    p.add_argument("--version", default=None, help="version name (default: a content hash)")
+    p = sub.add_parser("run-local", help="run the compiled pipeline here with kfp.local")
+    p.add_argument("--package", type=Path, default=COMPILED)
+    p.add_argument("--root", type=Path, default=Path("runs"))
+    p.add_argument("--run", default="demo")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="a pipeline parameter, e.g. --set max_iters=50 (repeatable)")
+    args = parser.parse_args(argv)
+
+    if args.command == "compile":
+        print(f"compiled {compile_pipeline(args.output)}")
+    elif args.command == "upload":
+        upload(args.package, args.host, args.name, args.version)
+    else:
+        overrides = {}
+        for item in args.overrides:
+            key, sep, value = item.partition("=")
+            if not sep:
+                parser.error(f"--set {item!r}: expected KEY=VALUE")
+            overrides[key] = _value(value)
+        try:
+            run_local(args.package, args.root, args.run, overrides)
+        except Exception as e:  # noqa: BLE001  (one line; the steps' own logs came before)
+            print(f"python -m pipeline run-local: error: {e}", file=sys.stderr)
+            return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
