@@ -1,0 +1,231 @@
+"""train-gpt in one process: it learns, writes its outputs, resumes exactly, refuses bad input."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from gpt import checkpoint
+from gpt.config import build_parser
+from gpt.data import Batches, eval_offsets
+from gpt.distributed import World
+from gpt.export import load_export
+from gpt.model import GPT
+from gpt.rundir import RunDir
+from gpt.train import TrainConfig
+from gpt.trainer import NonFiniteLoss, Trainer, lr_at
+from tests.train_fixtures import records, train, write_data
+
+
+def test_short_run_lowers_the_loss_and_writes_every_output(root: Path, capsys) -> None:
+    run = write_data(root, "r")
+    assert train(root, "r", "--max_iters", "30", "--eval_interval", "10",
+                 "--ckpt_interval", "10", "--keep_last", "2") == 0
+    out = capsys.readouterr().out
+    assert "tok/s" in out and "ETA" in out and "bits/byte" in out
+
+    recs = records(run)
+    assert [r["step"] for r in recs] == list(range(1, 31))
+    vals = [r["val_loss"] for r in recs if "val_loss" in r]
+    assert len(vals) == 3
+    vocab = json.loads(run.meta_json.read_text())["vocab_size"]
+    assert vals[-1] < vals[0] < math.log(vocab)  # learned something, beyond the uniform guess
+    final = recs[-1]
+    meta = json.loads(run.meta_json.read_text())
+    expected_bpb = final["val_loss"] * meta["val_tokens"] / (meta["val_bytes"] * math.log(2))
+    assert final["val_bpb"] == pytest.approx(expected_bpb)
+
+    model, tokenizer = load_export(run.model_dir)
+    assert tokenizer == json.loads(run.tokenizer_json.read_text())
+    assert model.lm_head.weight.data_ptr() == model.transformer.wte.weight.data_ptr()
+    # the export is the final weights: the same as the last checkpoint's
+    ckpt = load_file(run.ckpt_step(30) / checkpoint.MODEL)
+    torch.testing.assert_close(model.state_dict()["lm_head.weight"], ckpt["lm_head.weight"])
+
+    assert run.latest.read_text().strip() == "step-30"
+    assert sorted(p.name for p in run.ckpt_dir.iterdir()) == ["LATEST", "step-20", "step-30"]
+    assert run.loss_png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    report = run.report_md.read_text()
+    assert "bits per byte" in report and "loss.png" in report and "--max_iters 30" in report
+
+
+def test_exact_resume_equals_a_straight_run(root: Path) -> None:
+    """20 steps straight == 10 steps, stop, resume to 20: the same per-step losses and weights.
+
+    Dropout is on, so the resumed run must also restore the RNG states exactly.
+    """
+    flags = ["--max_iters", "20", "--ckpt_interval", "10", "--keep_last", "5",
+             "--eval_interval", "5", "--dropout", "0.1"]
+    straight = write_data(root, "straight")
+    assert train(root, "straight", *flags) == 0
+    # "stop after 10": the state a run killed right after checkpoint step-10 leaves behind
+    resumed = root / "resumed"
+    shutil.copytree(straight.path, resumed)
+    shutil.rmtree(resumed / "ckpt" / "step-20")
+    shutil.rmtree(resumed / "model")
+    (resumed / "ckpt" / "LATEST").write_text("step-10\n")
+    assert train(root, "resumed", *flags) == 0
+
+    a, b = records(straight), records(write_data(root, "resumed"))
+    assert [r["step"] for r in b] == list(range(1, 21))  # steps after 10 logged once, not twice
+    losses = [[(r["loss"], r.get("val_loss")) for r in recs] for recs in (a, b)]
+    assert losses[0] == losses[1]
+    wa = load_file(straight.ckpt_step(20) / checkpoint.MODEL)
+    wb = load_file(resumed / "ckpt" / "step-20" / checkpoint.MODEL)
+    assert wa.keys() == wb.keys()
+    for name in wa:
+        assert torch.equal(wa[name], wb[name]), name
+
+
+def test_resume_modes(root: Path, capsys) -> None:
+    write_data(root, "r")
+    assert train(root, "r", "--max_iters", "6", "--resume", "require") == 2
+    assert "--resume require: no checkpoint" in capsys.readouterr().err
+
+    assert train(root, "r", "--max_iters", "6", "--warmup_iters", "2") == 0
+    capsys.readouterr()
+    # auto: a longer run continues from the end of the last one
+    assert train(root, "r", "--max_iters", "9", "--warmup_iters", "2") == 0
+    out = capsys.readouterr().out
+    assert "resumed from step-6" in out and "max_iters 6 -> 9" in out
+    assert [r["step"] for r in records(RunDir.of(root, "r"))] == list(range(1, 10))
+    # a restart of a finished run trains nothing and re-exports
+    assert train(root, "r", "--max_iters", "9", "--warmup_iters", "2") == 0
+    assert "resumed from step-9" in capsys.readouterr().out
+    # never: starts over and removes the old checkpoints
+    assert train(root, "r", "--max_iters", "4", "--warmup_iters", "2", "--resume", "never",
+                 "--keep_last", "5", "--ckpt_interval", "2") == 0
+    run = RunDir.of(root, "r")
+    assert sorted(p.name for p in run.ckpt_dir.glob("step-*")) == ["step-2", "step-4"]
+    assert [r["step"] for r in records(run)] == [1, 2, 3, 4]
+
+
+def test_resume_refuses_a_different_model_or_data(root: Path, capsys) -> None:
+    write_data(root, "r")
+    assert train(root, "r", "--max_iters", "4") == 0
+    capsys.readouterr()
+    assert train(root, "r", "--max_iters", "8", "--n_embd", "64") == 2
+    err = capsys.readouterr().err
+    assert "different model" in err and "n_embd 32 -> 64" in err and err.count("\n") == 1
+    write_data(root, "r", text="A different play altogether.\n" * 80)
+    assert train(root, "r", "--max_iters", "8") == 2
+    err = capsys.readouterr().err
+    assert "different data" in err and "corpus_sha256" in err and err.count("\n") == 1
+
+
+def test_non_finite_loss_stops_before_the_optimizer_step(root: Path, monkeypatch) -> None:
+    write_data(root, "r")
+    cfg = TrainConfig(root=str(root), run="r", n_layer=1, n_head=2, n_embd=32, block_size=16,
+                      batch_size=8, warmup_iters=2, max_iters=20, ckpt_interval=5,
+                      keep_last=10, time_budget=0, eval_iters=2, log_interval=1, device="cpu")
+    trainer = Trainer(cfg, World())
+    forward, calls = GPT.forward, []
+
+    def poisoned(self, idx, targets=None, cache=None):
+        logits, loss = forward(self, idx, targets, cache)
+        calls.append(1)
+        return logits, (loss * float("nan") if len(calls) == 8 and targets is not None else loss)
+
+    monkeypatch.setattr(GPT, "forward", poisoned)
+    with pytest.raises(NonFiniteLoss, match="step 8: loss nan.*before the optimizer step"):
+        trainer.fit()
+    assert trainer.state.step == 7
+    assert all(torch.isfinite(p).all() for p in trainer.model.parameters())  # never stepped on
+    run = cfg.rundir
+    assert run.latest.read_text().strip() == "step-5"
+    assert [p.name for p in run.ckpt_dir.glob("step-*")] == ["step-5"]
+    assert max(r["step"] for r in records(run)) == 7
+
+
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--n_embd", "30", "--n_head", "4"], "--n_embd 30: must be divisible by --n_head 4"),
+        (["--dropout", "1.0"], "--dropout"),
+        (["--learning_rate", "0"], "--learning_rate"),
+        (["--min_lr", "1.0"], "--min_lr"),
+        (["--warmup_iters", "50", "--max_iters", "50"], "--warmup_iters"),
+        (["--batch_size", "0"], "--batch_size"),
+        (["--batch_size", "9", "--grad_accum", "2"], "--batch_size 9: must be divisible"),
+        (["--time_budget", "-1"], "--time_budget"),
+        (["--block_size", "1000"], "--block_size 1000: val.bin holds only"),
+        (["--resume", "maybe"], "--resume"),
+    ],
+)
+def test_bad_hyper_parameters_are_one_line_errors(root: Path, capsys, flags, message) -> None:
+    write_data(root, "r")
+    argparse_exit = pytest.raises(SystemExit) if "--resume" in flags else contextlib.nullcontext()
+    with argparse_exit:
+        assert train(root, "r", "--max_iters", "5", "--warmup_iters", "1", *flags) == 2
+    err = capsys.readouterr().err
+    assert message in err
+    if "--resume" not in flags:
+        assert err.count("\n") == 1 and "Traceback" not in err
+    assert not (root / "r" / "ckpt").exists()
+
+
+def test_missing_or_inconsistent_data_is_a_one_line_error(root: Path, capsys) -> None:
+    assert train(root, "nothing", "--max_iters", "4") == 2
+    assert "no training data" in capsys.readouterr().err
+    run = write_data(root, "r")
+    run.train_bin.write_bytes(run.train_bin.read_bytes()[:-2])  # one token short of meta.json
+    assert train(root, "r", "--max_iters", "4") == 2
+    err = capsys.readouterr().err
+    assert "train.bin" in err and "inconsistent" in err and err.count("\n") == 1
+    meta = json.loads(run.meta_json.read_text())
+    del meta["dtype"]
+    run.meta_json.write_text(json.dumps(meta))
+    assert train(root, "r", "--max_iters", "4") == 2
+    assert "missing key 'dtype'" in capsys.readouterr().err
+
+
+def test_batches_are_the_same_windows_however_the_step_is_split() -> None:
+    tokens = np.arange(1000, dtype=np.uint16)
+    batches = Batches(tokens, block_size=8, batch_size=12, seed=3)
+    cpu = torch.device("cpu")
+    whole, _ = batches.get(step=5, part=0, parts=1, device=cpu)
+    for parts in (2, 3, 4, 6):  # e.g. 2 ranks x 3 micro-steps
+        shares = [batches.get(5, p, parts, cpu)[0] for p in range(parts)]
+        assert torch.equal(torch.cat(shares), whole)
+    x, y = batches.get(5, 0, 1, cpu)
+    assert torch.equal(y[:, :-1], x[:, 1:])  # targets are the inputs shifted by one
+    assert not torch.equal(batches.get(6, 0, 1, cpu)[0], whole)  # each step draws anew
+
+
+def test_eval_windows_cover_a_small_split_without_overlap() -> None:
+    offsets = eval_offsets(n_tokens=100, block_size=16, max_windows=1000)
+    assert len(offsets) == 6 and offsets[0] == 0 and offsets[-1] + 16 + 1 <= 100
+    assert (np.diff(offsets) >= 16).all()
+    assert len(eval_offsets(10_000, 16, max_windows=10)) == 10
+
+
+def test_learning_rate_warms_up_then_decays_by_steps_or_time() -> None:
+    cfg = TrainConfig(learning_rate=1e-3, min_lr=1e-4, warmup_iters=10, max_iters=110,
+                      time_budget=0)
+    lrs = [lr_at(cfg, s, 0.0) for s in range(111)]
+    assert lrs[0] < lrs[5] < lrs[9] <= 1e-3
+    assert lrs[10] == pytest.approx(1e-3) and lrs[60] == pytest.approx(5.5e-4)
+    assert lrs[110] == pytest.approx(1e-4)
+    assert all(a >= b for a, b in zip(lrs[10:], lrs[11:], strict=False))
+    timed = TrainConfig(learning_rate=1e-3, min_lr=1e-4, warmup_iters=10, max_iters=110,
+                        time_budget=100)
+    assert lr_at(timed, 20, 50.0) == pytest.approx(5.5e-4)  # half the time beats 10% of steps
+    assert lr_at(timed, 20, 100.0) == pytest.approx(1e-4)
+
+
+def test_help_lists_every_knob() -> None:
+    text = build_parser(TrainConfig, "p", "d").format_help()
+    for flag in ("n_layer", "n_head", "n_embd", "block_size", "dropout", "bias", "batch_size",
+                 "grad_accum", "max_iters", "time_budget", "learning_rate", "min_lr",
+                 "warmup_iters", "weight_decay", "grad_clip", "eval_interval", "eval_iters",
+                 "log_interval", "ckpt_interval", "keep_last", "resume", "seed", "device",
+                 "compile"):
+        assert f"--{flag}" in text

@@ -1,0 +1,70 @@
+"""Helpers for the train-gpt tests: a small `data/` written directly, and a tiny model's flags.
+
+The data follows load-corpus's contract (DESIGN.md, `data/meta.json`) but is written here with
+numpy, char-level, so the trainer's tests do not depend on the corpus stage.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from gpt.__main__ import main as gpt_main
+from gpt.rundir import RunDir
+
+TEXT = (
+    "ANTIPHOLUS: Merchant, I'll pay thee, and be gone.\n"
+    "DROMIO: Master, the feast is cold, the meat is burnt.\n"
+    "ADRIANA: Neither my husband nor the slave return.\n"
+) * 40
+
+# A model and run small enough for a few seconds on a shared 2-core CPU.
+TINY = [
+    "--n_layer", "1", "--n_head", "2", "--n_embd", "32", "--block_size", "16",
+    "--batch_size", "8", "--learning_rate", "3e-3", "--min_lr", "3e-4", "--warmup_iters", "3",
+    "--time_budget", "0", "--eval_iters", "2", "--log_interval", "1", "--device", "cpu",
+]
+
+
+def write_data(root: Path, run: str, text: str = TEXT, val_fraction: float = 0.1) -> RunDir:
+    """`<root>/<run>/data/` for `text`, one token per character, last `val_fraction` held out."""
+    rundir = RunDir.of(root, run)
+    chars = sorted(set(text))
+    ids = np.array([chars.index(c) for c in text], dtype=np.uint16)
+    cut = int(len(text) * (1 - val_fraction))
+    rundir.data_dir.mkdir(parents=True, exist_ok=True)
+    ids[:cut].tofile(rundir.train_bin)
+    ids[cut:].tofile(rundir.val_bin)
+    rundir.tokenizer_json.write_text(json.dumps({"kind": "char", "chars": "".join(chars)}))
+    meta = {
+        "tokenizer": "char", "vocab_size": len(chars), "dtype": "uint16",
+        "train_tokens": cut, "val_tokens": len(text) - cut,
+        "train_bytes": len(text[:cut].encode()), "val_bytes": len(text[cut:].encode()),
+        "val_fraction": val_fraction, "block_size": 16,
+        "corpus_sha256": hashlib.sha256(text.encode()).hexdigest(),
+    }
+    rundir.meta_json.write_text(json.dumps(meta))
+    return rundir
+
+
+def train(root: Path, run: str, *flags: str) -> int:
+    """`python -m gpt train` in this process (fast: no interpreter start); returns the exit code."""
+    return gpt_main(["train", "--root", str(root), "--run", run, *TINY, *flags])
+
+
+def train_cli(root: Path, run: str, *flags: str, env: dict | None = None,
+              torchrun: list[str] | None = None) -> subprocess.CompletedProcess:
+    """The same as a separate process, optionally under `torchrun <torchrun args>`."""
+    launcher = [sys.executable, "-m", "torch.distributed.run", *torchrun] if torchrun else [
+        sys.executable]
+    cmd = [*launcher, "-m", "gpt", "train", "--root", str(root), "--run", run, *TINY, *flags]
+    return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
+
+
+def records(rundir: RunDir) -> list[dict]:
+    return [json.loads(line) for line in rundir.train_jsonl.read_text().splitlines()]
