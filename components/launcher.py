@@ -279,17 +279,19 @@ def launch(
     timeout_s: float,
     *,
     api: Any = None,
-    log_reader: LogReader = read_pod_log,
+    log_reader: LogReader | None = None,
     on_update: Callable[[dict[str, Any]], None] | None = None,
     say: Callable[[str], None] = print,
 ) -> Outcome:
     """Create the TrainJob for `spec` and follow it to `Complete` (returns) or an error (raises).
 
-    `api` is a `CustomObjectsApi` (default: from the kube config); `on_update` sees every version
-    of the TrainJob as it arrives (the prompt stage uses it to find its pod).
+    `api` is a `CustomObjectsApi` (default: from the kube config), `log_reader` reads the pod's
+    log (default: `read_pod_log`); `on_update` sees every version of the TrainJob as it arrives
+    (the prompt stage uses it to find its pod).
     """
     from kubernetes import client
 
+    log_reader = log_reader or read_pod_log
     if timeout_s <= 0:
         raise ValueError(f"timeout: must be positive, got {timeout_s}")
     if api is None:

@@ -157,13 +157,11 @@ def run_stage(
     timeout: float = 3600,
     resources_per_node: dict[str, Any] | None = None,
     on_update: Callable[[dict[str, Any]], None] | None = None,
-    launch_kwargs: Mapping[str, Any] | None = None,
     say: Callable[[str], None] = print,
 ) -> dict[str, bytes]:
     """Run stage `cli` with `values` (its flags, `root` and `run` included) to the end.
 
     Returns the stage's output files that exist, by their path inside the run directory.
-    `launch_kwargs` go to `launcher.launch` (tests hand it an API client and a log reader).
     """
     stage = STAGES[cli]
     args = validate(
@@ -211,7 +209,6 @@ def run_stage(
         timeout,
         on_update=on_update,
         say=say,
-        **dict(launch_kwargs or {}),
     )
     files = launcher.files_from_log(outcome.log)
     missing = [rel for rel in rels if rel not in files]

@@ -9,18 +9,23 @@ A test module imports the fixtures it uses (and `# ruff: noqa: F811` for their u
 from __future__ import annotations
 
 import os
+import secrets
 import signal
 import socket
 import ssl
 import subprocess
+import threading
 import time
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 import yaml
+
+from components.launcher import GROUP, PLURAL, VERSION
 
 CRDS = Path("trainer-crds") / "v2.3.0"
 START = Path("k8s-apiserver") / "start.sh"
@@ -139,3 +144,56 @@ def kubeconfig_env(apiserver: ApiServer, monkeypatch) -> ApiServer:
     monkeypatch.setenv("KUBECONFIG", str(apiserver.kubeconfig))
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
     return apiserver
+
+
+# ---- playing the Trainer controller ------------------------------------------------------------
+
+
+def namespace() -> str:
+    """A fresh namespace name: this server takes custom resources in any namespace."""
+    return f"t-{secrets.token_hex(4)}"
+
+
+def condition(kind: str, reason: str, message: str) -> dict:
+    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return {
+        "type": kind,
+        "status": "True",
+        "reason": reason,
+        "message": message,
+        "lastTransitionTime": now,
+    }
+
+
+class Controller(threading.Thread):
+    """Plays the Trainer: waits for the launcher's TrainJob, then sets a condition on it."""
+
+    def __init__(self, api, namespace: str, cond: dict | None, delay: float = 0.3):
+        super().__init__(daemon=True)
+        self.api, self.namespace, self.cond, self.delay = api, namespace, cond, delay
+        self.created: dict | None = None
+        self.patched_at: float | None = None
+        self.error: BaseException | None = None
+        self.start()
+
+    def run(self) -> None:
+        try:
+            end = time.monotonic() + 30
+            while self.created is None and time.monotonic() < end:
+                items = self.api.list_namespaced_custom_object(
+                    GROUP, VERSION, self.namespace, PLURAL
+                )["items"]
+                self.created = items[0] if items else None
+                time.sleep(0.05)  # the test's own poll, not the code under test's
+            if self.cond is None or self.created is None:
+                return
+            time.sleep(self.delay)
+            name = self.created["metadata"]["name"]
+            # Stamped before the request: a latency measured from here includes the patch itself.
+            self.patched_at = time.monotonic()
+            status = {"status": {"conditions": [self.cond]}}
+            self.api.patch_namespaced_custom_object_status(
+                GROUP, VERSION, self.namespace, PLURAL, name, status
+            )
+        except BaseException as e:  # surfaced by the test
+            self.error = e

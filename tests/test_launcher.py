@@ -8,14 +8,11 @@ the launcher created, and the launcher must react (watch, not polling sleeps).
 from __future__ import annotations
 
 import re
-import secrets
 import subprocess
-import threading
 import time
-from datetime import UTC, datetime
 
 import pytest
-from apiserver import apiserver, custom_api  # noqa: F401  (fixtures)
+from apiserver import Controller, apiserver, condition, custom_api, namespace  # noqa: F401
 
 from components import launcher
 from components.launcher import GROUP, PLURAL, VERSION, TrainJobSpec
@@ -107,55 +104,6 @@ def test_only_node_zero_prints_files(tmp_path):
 
 
 # ---- against the API server ---------------------------------------------------------------------
-
-
-def condition(kind: str, reason: str, message: str) -> dict:
-    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    return {
-        "type": kind,
-        "status": "True",
-        "reason": reason,
-        "message": message,
-        "lastTransitionTime": now,
-    }
-
-
-class Controller(threading.Thread):
-    """Plays the Trainer: waits for the launcher's TrainJob, then sets a condition on it."""
-
-    def __init__(self, api, namespace: str, cond: dict | None, delay: float = 0.3):
-        super().__init__(daemon=True)
-        self.api, self.namespace, self.cond, self.delay = api, namespace, cond, delay
-        self.created: dict | None = None
-        self.patched_at: float | None = None
-        self.error: BaseException | None = None
-        self.start()
-
-    def run(self) -> None:
-        try:
-            end = time.monotonic() + 30
-            while self.created is None and time.monotonic() < end:
-                items = self.api.list_namespaced_custom_object(
-                    GROUP, VERSION, self.namespace, PLURAL
-                )["items"]
-                self.created = items[0] if items else None
-                time.sleep(0.05)  # the test's own poll, not the code under test's
-            if self.cond is None or self.created is None:
-                return
-            time.sleep(self.delay)
-            name = self.created["metadata"]["name"]
-            # Stamped before the request: a latency measured from here includes the patch itself.
-            self.patched_at = time.monotonic()
-            status = {"status": {"conditions": [self.cond]}}
-            self.api.patch_namespaced_custom_object_status(
-                GROUP, VERSION, self.namespace, PLURAL, name, status
-            )
-        except BaseException as e:  # surfaced by the test
-            self.error = e
-
-
-def namespace() -> str:
-    return f"t-{secrets.token_hex(4)}"
 
 
 def fake_log(ns, name, tail):

@@ -1,0 +1,230 @@
+# ruff: noqa: F811  (pytest fixtures imported from apiserver.py are redefined as arguments)
+"""The runtimes and the components' TrainJobs, against the real API server with the v2.3.0 CRDs.
+
+The server validates exactly as a cluster does (OpenAPI schema, CEL, defaulting); the test plays
+the Trainer controller and the pod: it completes each TrainJob and answers the log request by
+running the TrainJob's own command (its file-printing shell) over a prepared run directory.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+from apiserver import (  # noqa: F401  (fixtures)
+    Controller,
+    apiserver,
+    condition,
+    custom_api,
+    kubeconfig_env,
+    namespace,
+)
+from kfp import dsl
+
+from components import launcher
+from components.generative_prompt import generative_prompt
+from components.images import workload_image
+from components.launcher import GROUP, PLURAL, VERSION
+from components.load_corpus import load_corpus
+from components.train_gpt import train_gpt
+
+PROJECT = Path(__file__).resolve().parent.parent
+RUNTIMES = {p.stem: yaml.safe_load(p.read_text()) for p in PROJECT.glob("runtimes/gpt-*.yaml")}
+CTR = "clustertrainingruntimes"
+PNG = b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 4
+
+
+def pod_spec(runtime: dict) -> dict:
+    (job,) = runtime["spec"]["template"]["spec"]["replicatedJobs"]
+    return job["template"]["spec"]["template"]["spec"]
+
+
+def test_the_three_runtimes_follow_the_sdk_shape_and_share_the_pvc():
+    assert set(RUNTIMES) == {"gpt-load-corpus", "gpt-train", "gpt-generative-prompt"}
+    for name, rt in RUNTIMES.items():
+        assert rt["kind"] == "ClusterTrainingRuntime" and rt["metadata"]["name"] == name
+        assert rt["metadata"]["labels"]["trainer.kubeflow.org/framework"] == "torch"
+        assert rt["spec"]["mlPolicy"] == {"numNodes": 1, "torch": {}}
+        (job,) = rt["spec"]["template"]["spec"]["replicatedJobs"]
+        assert job["name"] == "node"
+        labels = job["template"]["metadata"]["labels"]
+        assert labels["trainer.kubeflow.org/trainjob-ancestor-step"] == "trainer"
+        pod = pod_spec(rt)
+        (container,) = pod["containers"]
+        assert container["name"] == launcher.CONTAINER
+        assert pod["securityContext"]["runAsNonRoot"] is True and pod["securityContext"]["fsGroup"]
+        assert container["resources"]["requests"]
+        volumes = {v["name"]: v for v in pod["volumes"]}
+        mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
+        assert volumes[mounts["/gpt"]]["persistentVolumeClaim"]["claimName"] == "gpt-pvc"
+        interactive = name == "gpt-generative-prompt"
+        assert container.get("stdin", False) is container.get("tty", False) is interactive
+
+
+@pytest.mark.apiserver
+def test_runtimes_apply_and_are_accepted_as_written(custom_api):
+    for name, rt in RUNTIMES.items():
+        custom_api.create_cluster_custom_object(GROUP, VERSION, CTR, rt)
+        stored = custom_api.get_cluster_custom_object(GROUP, VERSION, CTR, name)
+        # Nothing pruned: every field we wrote is in the schema and kept.
+        assert pod_spec(stored)["containers"] == pod_spec(rt)["containers"]
+        assert pod_spec(stored)["securityContext"] == pod_spec(rt)["securityContext"]
+
+
+# ---- each component's TrainJob -------------------------------------------------------------------
+
+
+def prepared_run(root: Path, run: str) -> Path:
+    """A run directory as the three stages leave it."""
+    r = root / run
+    for rel, data in {
+        "data/meta.json": json.dumps({"vocab_size": 65, "train_tokens": 900, "val_tokens": 100}),
+        "corpus/source.json": "{}",
+        "metrics/train.jsonl": "".join(
+            json.dumps(rec) + "\n"
+            for rec in (
+                {"step": 10, "loss": 3.0, "lr": 1e-3, "tokens_per_s": 1000.0},
+                {"step": 20, "loss": 2.5, "lr": 1e-3, "tokens_per_s": 3000.0, "val_loss": 2.7,
+                 "val_bpb": 3.9},
+                {"step": 30, "loss": 2.0, "lr": 1e-4, "tokens_per_s": 2000.0},
+            )
+        ),
+        "metrics/report.md": "# train-gpt: run\n",
+        "prompt/transcript.jsonl": json.dumps({"prompt": "To be", "reply": "or not"}) + "\n",
+    }.items():
+        (r / rel).parent.mkdir(parents=True, exist_ok=True)
+        (r / rel).write_text(data)
+    (r / "metrics" / "loss.png").write_bytes(PNG)
+    return root
+
+
+@pytest.fixture
+def pod(custom_api, tmp_path, monkeypatch):
+    """Plays the pod: a log reader that runs the TrainJob's command over a local run directory."""
+    root = prepared_run(tmp_path / "gpt", "run-1")
+
+    def read_log(ns, name, tail):
+        trainer = custom_api.get_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, name)["spec"][
+            "trainer"
+        ]
+        sh, flag, script, argv0 = trainer["command"]
+        assert (sh, flag) == ("sh", "-c")
+        # The stage itself is not run (no image here): `true` stands in for it.
+        out = subprocess.run(
+            [sh, flag, script.replace("/gpt/", f"{root}/"), argv0, "true"],
+            capture_output=True, text=True, check=True,
+        )  # fmt: skip
+        return out.stdout
+
+    monkeypatch.setattr(launcher, "read_pod_log", read_log)
+    return read_log
+
+
+def artifact(cls, tmp_path: Path, name: str):
+    return cls(name=name, uri=str(tmp_path / name))
+
+
+CASES = {
+    "load-corpus": (
+        load_corpus,
+        dict(run="run-1", source="default", tokenizer="char", block_size=32),
+        "gpt-load-corpus",
+        ["python", "-m", "gpt", "corpus"],
+    ),
+    "train-gpt": (
+        train_gpt,
+        dict(run="run-1", n_layer=2, max_iters=30, warmup_iters=5, num_proc_per_node=2),
+        "gpt-train",
+        ["torchrun", "-m", "gpt", "train"],
+    ),
+    "generative-prompt": (
+        generative_prompt,
+        dict(run="run-1", prompt=[], idle_timeout=300, top_k=0),
+        "gpt-generative-prompt",
+        ["python", "-m", "gpt", "prompt"],
+    ),
+}
+
+
+@pytest.mark.apiserver
+@pytest.mark.parametrize("stage", list(CASES))
+def test_each_component_creates_an_accepted_trainjob_and_reports_back(
+    stage, custom_api, kubeconfig_env, pod, tmp_path, capsys
+):
+    component, params, runtime, program = CASES[stage]
+    ns = namespace()
+    ctl = Controller(custom_api, ns, condition("Complete", "JobsCompleted", "done"))
+    outputs = {
+        "load-corpus": lambda: dict(corpus_stats=artifact(dsl.Metrics, tmp_path, "stats")),
+        "train-gpt": lambda: dict(
+            metrics=artifact(dsl.Metrics, tmp_path, "metrics"),
+            report=artifact(dsl.HTML, tmp_path, "report"),
+        ),
+        "generative-prompt": lambda: dict(
+            transcript=artifact(dsl.Markdown, tmp_path, "transcript")
+        ),
+    }[stage]()
+    result = component.python_func(**params, **outputs, namespace=ns, backend="trainjob")
+    ctl.join(5)
+    assert ctl.error is None
+
+    # What the API server accepted: runtimeRef + trainer only, the workload image, the stage's
+    # command with its flags named as in the CLI.
+    job = ctl.created
+    assert job["metadata"]["name"].startswith(stage + "-run-1-")
+    assert job["metadata"]["labels"][launcher.RUN_LABEL] == "run-1"
+    defaulted = {"managedBy", "suspend"}  # the CRD's defaults, not ours
+    assert set(job["spec"]) - defaulted == {"runtimeRef", "trainer"}
+    assert job["spec"]["runtimeRef"]["name"] == runtime
+    trainer = job["spec"]["trainer"]
+    assert trainer["image"] == workload_image()
+    assert trainer["args"][: len(program)] == program
+    args = trainer["args"][len(program) :]
+    assert args[:4] == ["--root", "/gpt", "--run", "run-1"]
+    log = capsys.readouterr().out
+
+    if stage == "load-corpus":
+        assert result == "run-1"
+        assert "--tokenizer char" in shlex.join(args)
+        assert outputs["corpus_stats"].metadata["vocab_size"] == 65
+    elif stage == "train-gpt":
+        assert trainer["numProcPerNode"] == 2 and trainer["numNodes"] == 1
+        assert "--n_layer 2" in shlex.join(args) and "--warmup_iters 5" in shlex.join(args)
+        m = outputs["metrics"].metadata
+        assert (m["train_loss"], m["val_loss"], m["val_bits_per_byte"]) == (2.0, 2.7, 3.9)
+        assert m["tokens_per_s"] == 2000.0  # the median: robust to the warm-up step
+        html = Path(outputs["report"].path).read_text()
+        assert "data:image/png;base64," in html
+    else:
+        # Interactive: no --prompt, no --top_k (0 = no limit), and the way in is printed.
+        assert "--prompt" not in args and "--top_k" not in args
+        assert "--idle_timeout 300" in shlex.join(args)
+        assert f"kubectl -n {ns} attach -it" in log
+        assert f"{launcher.JOBSET_LABEL}={job['metadata']['name']}" in log
+        md = Path(outputs["transcript"].path).read_text()
+        assert "> To be" in md and "or not" in md
+
+
+def test_attach_hint_names_the_pod_once_an_update_finds_it():
+    said = []
+
+    class Pod:
+        class metadata:  # noqa: N801  (the shape of a V1Pod)
+            name = "generative-prompt-r-abc123-node-0-0-xyz"
+
+    pods = []
+    hint = launcher.attach_hint("training", said.append, lambda ns, name: list(pods))
+    job = {"metadata": {"name": "generative-prompt-r-abc123"}}
+    hint(job)
+    assert len(said) == 1 and "get pod -l jobset.sigs.k8s.io/jobset-name=" in said[0]
+    pods.append(Pod)
+    hint(job)
+    hint(job)
+    assert said[1:] == [
+        "Pod generative-prompt-r-abc123-node-0-0-xyz is up; attach with:\n"
+        "  kubectl -n training attach -it generative-prompt-r-abc123-node-0-0-xyz -c node"
+    ]
