@@ -112,10 +112,10 @@ def load_weights(path: Path, model: torch.nn.Module, optimizer: torch.optim.Opti
     except pickle.UnpicklingError as e:
         # weights_only allows tensors, numbers and containers; a checkpoint we wrote holds
         # nothing else, so anything more is a tampered or foreign file: never run it.
-        lines = [ln.strip() for ln in str(e).splitlines() if "Unsupported global" in ln]
+        found = re.search(r"Unsupported global: GLOBAL (\S+)", str(e))
+        what = f"it would call {found.group(1)}" if found else "weights_only load failed"
         raise InputError(
-            f"{path / OPTIMIZER}: refused, it holds Python objects, not only tensors "
-            f"({lines[0] if lines else 'weights_only load failed'})"
+            f"{path / OPTIMIZER}: refused, it holds Python objects, not only tensors ({what})"
         ) from None
     except (RuntimeError, OSError, EOFError, ValueError) as e:
         raise InputError(f"{path / OPTIMIZER}: truncated or corrupt checkpoint file "

@@ -1,0 +1,101 @@
+"""Checkpoints survive a crash mid-write, and a malicious or damaged one is refused."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from gpt import checkpoint
+from tests.train_fixtures import TINY, records, train, write_data
+
+
+class Payload:
+    """Unpickling this runs code: it creates `marker`."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return (pathlib.Path.touch, (self.marker,))
+
+
+def test_a_pickle_payload_in_a_checkpoint_is_refused_and_nothing_runs(root: Path, capsys,
+                                                                       tmp_path: Path) -> None:
+    run = write_data(root, "r")
+    assert train(root, "r", "--max_iters", "4") == 0
+    marker = tmp_path / "payload-ran"
+    evil = run.ckpt_step(4) / checkpoint.OPTIMIZER
+    torch.save({"state": {}, "param_groups": [], "extra": Payload(marker)}, evil)
+    torch.load(evil, weights_only=False)  # the payload is live: a plain load runs it
+    assert marker.exists()
+    marker.unlink()
+    before = run.train_jsonl.read_text()
+    capsys.readouterr()
+
+    assert train(root, "r", "--max_iters", "8") == 2
+    err = capsys.readouterr().err
+    assert "optimizer.pt: refused" in err and "it would call" in err and err.count("\n") == 1
+    assert not marker.exists()
+    assert run.train_jsonl.read_text() == before  # no step was trained
+    assert run.latest.read_text().strip() == "step-4"
+
+
+@pytest.mark.parametrize("name", [checkpoint.MODEL, checkpoint.OPTIMIZER, checkpoint.STATE])
+def test_a_truncated_checkpoint_is_a_clear_error(root: Path, capsys, name: str) -> None:
+    run = write_data(root, "r")
+    assert train(root, "r", "--max_iters", "4") == 0
+    path = run.ckpt_step(4) / name
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+    capsys.readouterr()
+    assert train(root, "r", "--max_iters", "8") == 2
+    err = capsys.readouterr().err
+    assert f"{name}: truncated or corrupt checkpoint file" in err and err.count("\n") == 1
+
+
+def test_latest_naming_a_missing_checkpoint_is_a_clear_error(root: Path, capsys) -> None:
+    run = write_data(root, "r")
+    assert train(root, "r", "--max_iters", "4") == 0
+    run.latest.write_text("step-3\n")
+    capsys.readouterr()
+    assert train(root, "r", "--max_iters", "8") == 2
+    assert "names step-3, which lacks model.safetensors" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_sigkill_during_a_checkpoint_write_keeps_latest_on_the_previous_one(root: Path) -> None:
+    run = write_data(root, "r")
+    flags = ["--max_iters", "15", "--ckpt_interval", "5", "--keep_last", "5",
+             "--eval_interval", "5"]
+    cmd = [sys.executable, "-m", "gpt", "train", "--root", str(root), "--run", "r", *TINY, *flags]
+    env = {**os.environ, "GPT_FAULT": "stall-checkpoint@10"}
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env=env)
+    try:
+        for line in proc.stdout:
+            if "stalling inside the write of checkpoint step-10" in line:
+                break
+        else:
+            pytest.fail("the trainer never reached the stall in checkpoint step-10")
+        # the files of step-10 are written (to a staging directory) but not yet published
+        assert list(run.ckpt_dir.glob(".step-10.*.staging/model.safetensors"))
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+    finally:
+        proc.kill()
+    assert run.latest.read_text().strip() == "step-5"
+    assert not run.ckpt_step(10).exists()
+
+    resumed = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert resumed.returncode == 0, resumed.stderr
+    assert "resumed from step-5" in resumed.stdout
+    assert [r["step"] for r in records(run)] == list(range(1, 16))
+    assert run.latest.read_text().strip() == "step-15"
+    assert not list(run.ckpt_dir.glob(".step-*"))  # the cut-off write was cleaned up
+    assert (run.model_dir / "model.safetensors").is_file()
