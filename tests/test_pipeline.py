@@ -1,0 +1,162 @@
+"""The pipeline: it compiles, the committed YAML is fresh, parameters keep the CLI's names and
+defaults, bad input stops a step before anything starts, and the compiled pipeline runs end to end
+on this machine with kfp.local (every stage a local process, the prompt one-shot)."""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from components.generative_prompt import generative_prompt
+from components.load_corpus import load_corpus
+from components.train_gpt import train_gpt
+from pipeline.__main__ import COMPILED
+from pipeline.pipeline import gpt_trainjobs_pipeline
+
+PROJECT = Path(__file__).resolve().parent.parent
+STEPS = ["load-corpus", "train-gpt", "generative-prompt"]
+# Where the pipeline deliberately departs from a CLI default, and why.
+OWN_DEFAULTS = {
+    "block_size",  # one value for corpus and training (their CLIs default to 256 and 64)
+    "root", "run",  # /gpt on the cluster; the KFP run id
+    "top_k", "idle_timeout",  # KFP has no None: 0 means unset; a pod should not idle forever
+}  # fmt: skip
+
+
+def compile_fresh(tmp_path: Path) -> Path:
+    """Compile in a fresh interpreter, with images.env's names (not this shell's overrides)."""
+    out = tmp_path / "pipeline.yaml"
+    env = {k: v for k, v in os.environ.items() if k not in ("IMAGE_REGISTRY", "IMAGE_TAG")}
+    subprocess.run([sys.executable, "-m", "pipeline", "compile", "--output", str(out)],
+                   cwd=PROJECT, env=env, check=True, capture_output=True)  # fmt: skip
+    return out
+
+
+def test_compiles_to_three_chained_uncached_steps(tmp_path):
+    spec = yaml.safe_load(compile_fresh(tmp_path).read_text())
+    tasks = spec["root"]["dag"]["tasks"]
+    assert sorted(tasks) == sorted(STEPS)
+    # The run directory's name flows from step to step (a data dependency, not just an order).
+    run_of = {t: tasks[t]["inputs"]["parameters"]["run"] for t in STEPS[1:]}
+    assert run_of["train-gpt"]["taskOutputParameter"]["producerTask"] == "load-corpus"
+    assert run_of["generative-prompt"]["taskOutputParameter"]["producerTask"] == "train-gpt"
+    corpus_id = tasks["load-corpus"]["inputs"]["parameters"]["kfp_run_id"]
+    assert corpus_id["runtimeValue"]["constant"] == "{{$.pipeline_job_uuid}}"
+    for t in STEPS:  # a cached step would create no TrainJob
+        assert not tasks[t].get("cachingOptions", {}).get("enableCache", False)
+    params = spec["root"]["inputDefinitions"]["parameters"]
+    for knob in ("source", "tokenizer", "n_layer", "n_embd", "max_iters", "time_budget",
+                 "num_nodes", "num_proc_per_node", "temperature", "top_k", "top_p", "prompt",
+                 "idle_timeout", "namespace", "backend"):  # fmt: skip
+        assert knob in params, f"pipeline parameter {knob} missing"
+
+
+def test_committed_yaml_is_what_make_compile_writes(tmp_path):
+    fresh = compile_fresh(tmp_path).read_text()
+    assert COMPILED.read_text() == fresh, f"{COMPILED.name} is stale: run `make compile`"
+
+
+def cli_defaults() -> dict[str, object]:
+    from gpt.corpus import CorpusConfig
+    from gpt.prompt import PromptConfig
+    from gpt.train import TrainConfig
+
+    found: dict[str, object] = {}
+    for cls in (CorpusConfig, TrainConfig, PromptConfig):
+        for f in dataclasses.fields(cls):
+            if f.default is not dataclasses.MISSING:
+                found.setdefault(f.name, f.default)
+            elif f.default_factory is not dataclasses.MISSING:
+                found.setdefault(f.name, f.default_factory())
+    return found
+
+
+@pytest.mark.parametrize(
+    "func",
+    [gpt_trainjobs_pipeline.pipeline_func, load_corpus.python_func, train_gpt.python_func,
+     generative_prompt.python_func],
+    ids=["pipeline", "load-corpus", "train-gpt", "generative-prompt"],
+)  # fmt: skip
+def test_parameters_share_the_cli_names_and_defaults(func):
+    cli = cli_defaults()
+    params = inspect.signature(func).parameters
+    shared = {n for n in params if n in cli} - OWN_DEFAULTS
+    assert len(shared) >= 4
+    for name in shared:
+        assert params[name].default == cli[name], f"{name}: {params[name].default} != CLI's"
+
+
+@pytest.mark.parametrize(
+    "call,message",
+    [
+        (lambda r: train_gpt.python_func(run="r", n_head=3, backend="local", root=r, **ART),
+         "--n_embd 128: must be divisible by --n_head 3"),
+        (lambda r: train_gpt.python_func(run="r", num_nodes=2, backend="local", root=r, **ART),
+         "num_nodes 2: the local backend runs on this one machine"),
+        (lambda r: train_gpt.python_func(run="r", backend="cloud", root=r, **ART),
+         "backend 'cloud': must be one of trainjob, local"),
+        (lambda r: train_gpt.python_func(run="r", root=r, **ART),
+         "the trainjob backend keeps runs on PVC gpt-pvc"),
+        (lambda r: train_gpt.python_func(run="r", namespace="Bad_NS", root="/gpt", **ART),
+         "namespace 'Bad_NS': not a valid Kubernetes namespace name"),
+        (lambda r: load_corpus.python_func(run="r", tokenizer="bpe", backend="local", root=r,
+                                           corpus_stats=None),
+         "argument --tokenizer: invalid choice: 'bpe'"),
+        (lambda r: load_corpus.python_func(run="../x", backend="local", root=r, corpus_stats=None),
+         "--run '../x': not a valid run id"),
+        (lambda r: generative_prompt.python_func(run="r", top_p=0, backend="local", root=r,
+                                                 transcript=None),
+         "--top_p"),
+    ],
+    ids=["config-check", "local-nodes", "backend", "root", "namespace", "choice", "run", "top_p"],
+)  # fmt: skip
+def test_bad_input_stops_a_step_before_anything_starts(call, message, tmp_path):
+    root = tmp_path / "root"
+    with pytest.raises(ValueError) as err:
+        call(str(root))
+    assert message in str(err.value)
+    assert "\n" not in str(err.value)
+    assert not root.exists(), "a refused step must leave nothing behind"
+
+
+ART = dict(metrics=None, report=None)
+
+TINY = {
+    "tokenizer": "char", "n_layer": 1, "n_head": 2, "n_embd": 32, "block_size": 32,
+    "batch_size": 4, "max_iters": 20, "warmup_iters": 2, "eval_interval": 10, "eval_iters": 4,
+    "log_interval": 5, "max_new_tokens": 16, "prompt": ["To be", "or not"],
+}  # fmt: skip
+
+
+@pytest.mark.slow
+def test_the_compiled_pipeline_runs_end_to_end_with_kfp_local(tmp_path):
+    root = tmp_path / "runs"
+    sets = [a for k, v in TINY.items() for a in ("--set", f"{k}={json.dumps(v)}")]
+    out = subprocess.run(
+        [sys.executable, "-m", "pipeline", "run-local", "--root", str(root), "--run", "tiny",
+         *sets],
+        cwd=PROJECT, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    # The stages' run directory survives kfp.local (which deletes its own workspace).
+    run = root / "tiny"
+    for rel in ("data/meta.json", "model", "metrics/train.jsonl", "prompt/transcript.jsonl"):
+        assert (run / rel).exists(), rel
+    # The steps' artifacts, as KFP recorded them.
+    (outputs,) = (root / "kfp-outputs").iterdir()
+    executor = json.loads((outputs / "train-gpt" / "executor_output.json").read_text())
+    metrics = executor["artifacts"]["metrics"]["artifacts"][0]["metadata"]
+    last = [json.loads(line) for line in (run / "metrics/train.jsonl").read_text().splitlines()]
+    assert metrics["steps"] == 20 and metrics["train_loss"] == last[-1]["loss"]
+    assert 0 < metrics["val_bits_per_byte"] < 10 and metrics["tokens_per_s"] > 0
+    assert "data:image/png;base64," in (outputs / "train-gpt" / "report").read_text()
+    transcript = (outputs / "generative-prompt" / "transcript").read_text()
+    assert "> To be" in transcript and "> or not" in transcript
