@@ -20,7 +20,7 @@ CONTAINER_TOOL ?= docker
 TORCH_INDEX_URL ?= https://download.pytorch.org/whl/cpu
 
 .DEFAULT_GOAL := help
-.PHONY: help install demo test lint clean build-images push-images set-images container-tool
+.PHONY: help install demo compile test lint clean build-images push-images set-images container-tool
 
 help:  ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -34,8 +34,14 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)  ## create .venv and install the project with all extras
 
-demo: $(STAMP)  ## run the pipeline's stages end to end on the embedded default corpus
-	$(PY) -m gpt corpus --root $(ROOT) --run $(RUN)
+# The compiled pipeline itself, run by kfp.local: every stage a local process under ROOT/RUN,
+# the prompt stage one-shot. Step artifacts (metrics, report, transcript): ROOT/kfp-outputs/.
+DEMO_PROMPTS ?= ["To be, or not to be", "ANTIPHOLUS:"]
+demo: $(STAMP)  ## run the compiled pipeline end to end here with kfp.local (embedded corpus)
+	$(PY) -m pipeline run-local --root $(ROOT) --run $(RUN) --set 'prompt=$(DEMO_PROMPTS)'
+
+compile: $(STAMP)  ## compile the pipeline to pipeline/gpt_trainjobs_pipeline.yaml (commit it)
+	$(PY) -m pipeline compile
 
 test: $(STAMP)  ## run the test suite
 	$(PY) -m pytest
@@ -48,7 +54,9 @@ lint: $(STAMP)  ## static checks
 build-images: container-tool  ## build the workload and component images, then point runtimes/ at them
 	$(CONTAINER_TOOL) build --file docker/workload.Dockerfile \
 		--build-arg TORCH_INDEX_URL=$(TORCH_INDEX_URL) --tag $(WORKLOAD_IMAGE) .
-	$(CONTAINER_TOOL) build --file docker/component.Dockerfile --tag $(COMPONENT_IMAGE) .
+	$(CONTAINER_TOOL) build --file docker/component.Dockerfile \
+		--build-arg IMAGE_REGISTRY=$(IMAGE_REGISTRY) --build-arg IMAGE_TAG=$(IMAGE_TAG) \
+		--tag $(COMPONENT_IMAGE) .
 	@$(MAKE) --no-print-directory set-images
 
 push-images: container-tool  ## push both images to IMAGE_REGISTRY

@@ -182,6 +182,22 @@ def test_component_image_pins_the_kfp_that_compiles_the_pipeline() -> None:
     assert project and all("--no-deps" in a for a in project)
 
 
+def test_component_image_knows_the_names_it_was_built_under() -> None:
+    # Importing a component calls component_image(), and a step creating a TrainJob calls
+    # workload_image(): both read images.env, so the image carries it where images.py looks,
+    # before the smoke test imports anything, and the build's names override it.
+    steps = instructions(COMPONENT_DOCKERFILE)
+    assert {"IMAGE_REGISTRY", "IMAGE_TAG"} <= {rest for ins, rest in steps if ins == "ARG"}
+    env = " ".join(rest for ins, rest in steps if ins == "ENV")
+    assert "IMAGE_REGISTRY=${IMAGE_REGISTRY}" in env and "IMAGE_TAG=${IMAGE_TAG}" in env
+    assert any(ins == "COPY" and "images.env" in rest.split()[:-1] for ins, rest in steps)
+    commands = [" ".join(c) for c in shell_commands(COMPONENT_DOCKERFILE)]
+    placed = next(i for i, c in enumerate(commands) if c.startswith("cp images.env")
+                  and "components.images import IMAGES_ENV" in c)
+    smoke = next(i for i, c in enumerate(commands) if "importlib.import_module" in c)
+    assert placed < smoke
+
+
 def test_components_and_pipeline_import_without_the_workload_dependencies() -> None:
     # The component image has none of the core dependencies (PyTorch, numpy, ...): every module
     # of components/ and pipeline/ must import without them, as the image's smoke test does.
@@ -398,6 +414,9 @@ def test_make_build_and_push_use_the_images_py_names_for_any_registry(tmp_path: 
         flags, tag = re.search(build_line, commands).groups()
         assert tag == image
         assert ("--build-arg TORCH_INDEX_URL=" + cuda in flags) == (dockerfile == "workload")
+        given = f"--build-arg IMAGE_REGISTRY={override['IMAGE_REGISTRY']} " \
+                f"--build-arg IMAGE_TAG={override['IMAGE_TAG']}"
+        assert (given in " ".join(flags.split())) == (dockerfile == "component")
     assert f"docker/set_image.py runtimes/kustomization.yaml gpt-workload={workload}" in commands
     push = make("-n", "push-images", "CONTAINER_TOOL=fakedocker", *cli, env=env)
     assert push.stdout.splitlines() == [f"fakedocker push {image}" for image in names]
