@@ -417,6 +417,8 @@ def test_make_build_and_push_use_the_images_py_names_for_any_registry(tmp_path: 
         given = f"--build-arg IMAGE_REGISTRY={override['IMAGE_REGISTRY']} " \
                 f"--build-arg IMAGE_TAG={override['IMAGE_TAG']}"
         assert (given in " ".join(flags.split())) == (dockerfile == "component")
+    # ... then re-points the runtimes and recompiles the pipeline, with the same names (exported).
+    assert "make --no-print-directory set-images compile" in commands
     assert f"docker/set_image.py runtimes/kustomization.yaml gpt-workload={workload}" in commands
     push = make("-n", "push-images", "CONTAINER_TOOL=fakedocker", *cli, env=env)
     assert push.stdout.splitlines() == [f"fakedocker push {image}" for image in names]
