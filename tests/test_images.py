@@ -9,6 +9,7 @@ compiled pipeline and the README.
 from __future__ import annotations
 
 import fnmatch
+import importlib.util
 import os
 import re
 import shlex
@@ -32,9 +33,18 @@ BIN = Path(sys.executable).parent  # the venv's hadolint and yamllint
 # An image reference to one of our two images, as it appears in any text.
 IMAGE_REF = re.compile(r"[\w.\-/:${}]*/gpt-(?:workload|component):[\w.\-${}]+")
 
-sys.path.insert(0, str(DOCKER))
-from requirements import requirements  # noqa: E402
-from set_image import set_image  # noqa: E402
+
+
+def docker_script(name: str):
+    """A script of docker/ as a module, without putting docker/ on sys.path for every test."""
+    spec = importlib.util.spec_from_file_location(f"docker_{name}", DOCKER / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+requirements = docker_script("requirements").requirements
+set_image = docker_script("set_image").set_image
 
 
 def pyproject() -> dict:
