@@ -2,8 +2,7 @@
 
 `../shared/k8s-apiserver/start.sh` runs etcd + apiextensions-apiserver on 127.0.0.1 (schema
 validation, CEL rules, defaulting, the status subresource, watch; no core API, no controllers).
-A test module imports the fixtures it uses (and `# ruff: noqa: F811` for their use as arguments):
-    from apiserver import apiserver, custom_api  # noqa: F401
+tests/conftest.py imports the fixtures, so one server serves every test module.
 """
 
 from __future__ import annotations

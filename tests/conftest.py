@@ -6,6 +6,9 @@ from pathlib import Path
 
 import pytest
 
+# The test API server, started once for the whole session (tests/apiserver.py).
+from apiserver import apiserver, custom_api, kubeconfig_env  # noqa: E402, F401
+
 PROJECT = Path(__file__).resolve().parent.parent
 SHARED = PROJECT.parent / "shared"
 

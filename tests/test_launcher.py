@@ -1,4 +1,3 @@
-# ruff: noqa: F811  (pytest fixtures imported from apiserver.py are redefined as arguments)
 """The TrainJob launcher: names, spec, files through the log, and following a TrainJob for real.
 
 The API-server tests play the Trainer controller: they patch `status.conditions` of the TrainJob
@@ -12,7 +11,7 @@ import subprocess
 import time
 
 import pytest
-from apiserver import Controller, apiserver, condition, custom_api, namespace  # noqa: F401
+from apiserver import Controller, condition, namespace
 
 from components import launcher
 from components.launcher import GROUP, PLURAL, VERSION, TrainJobSpec

@@ -1,4 +1,3 @@
-# ruff: noqa: F811  (pytest fixtures imported from apiserver.py are redefined as arguments)
 """The runtimes and the components' TrainJobs, against the real API server with the v2.3.0 CRDs.
 
 The server validates exactly as a cluster does (OpenAPI schema, CEL, defaulting); the test plays
@@ -15,14 +14,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from apiserver import (  # noqa: F401  (fixtures)
-    Controller,
-    apiserver,
-    condition,
-    custom_api,
-    kubeconfig_env,
-    namespace,
-)
+from apiserver import Controller, condition, namespace
 from kfp import dsl
 
 from components import launcher
