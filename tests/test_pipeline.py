@@ -160,3 +160,56 @@ def test_the_compiled_pipeline_runs_end_to_end_with_kfp_local(tmp_path):
     assert "data:image/png;base64," in (outputs / "train-gpt" / "report").read_text()
     transcript = (outputs / "generative-prompt" / "transcript").read_text()
     assert "> To be" in transcript and "> or not" in transcript
+
+
+def test_without_the_workload_packages_the_stage_validates_its_own_flags(monkeypatch, capsys):
+    # The component image has no PyTorch/numpy, so gpt.train does not import there: the step says
+    # so and leaves the flags to the stage, which refuses bad ones before writing anything.
+    import builtins
+
+    from components import stages
+
+    real_import = builtins.__import__
+
+    def no_torch(name, *args, **kwargs):
+        if name in ("gpt.train", "torch"):
+            raise ModuleNotFoundError(f"No module named {name!r}")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.delitem(sys.modules, "gpt.train", raising=False)
+    monkeypatch.setattr(builtins, "__import__", no_torch)
+    args = stages.validate(stages.STAGES["train"], {"root": "/gpt", "run": "r", "n_head": 3},
+                           backend="trainjob", namespace="training", num_nodes=2,
+                           num_proc_per_node=4, timeout=60)  # fmt: skip
+    assert args == ["--root", "/gpt", "--run", "r", "--n_head", "3"]
+    assert "gpt.train not importable here" in capsys.readouterr().out
+
+
+def test_upload_creates_the_pipeline_then_adds_versions(monkeypatch, tmp_path):
+    import kfp
+
+    from pipeline.__main__ import upload
+
+    calls = []
+
+    class FakeClient:
+        def __init__(self, host=None):
+            calls.append(("host", host))
+
+        def get_pipeline_id(self, name):
+            return "p-1" if any(c[0] == "upload_pipeline" for c in calls) else None
+
+        def upload_pipeline(self, path, pipeline_name):
+            calls.append(("upload_pipeline", pipeline_name))
+
+        def upload_pipeline_version(self, path, pipeline_version_name, pipeline_id):
+            calls.append(("upload_pipeline_version", pipeline_id, pipeline_version_name))
+
+    monkeypatch.setattr(kfp, "Client", FakeClient)
+    package = tmp_path / "p.yaml"
+    package.write_text("x")
+    upload(package, "http://kfp", "gpt-trainjobs", None)
+    upload(package, "http://kfp", "gpt-trainjobs", None)
+    assert calls[:2] == [("host", "http://kfp"), ("upload_pipeline", "gpt-trainjobs")]
+    kind, pipeline_id, version = calls[-1]
+    assert (kind, pipeline_id) == ("upload_pipeline_version", "p-1") and version.startswith("v-")
