@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+from torch.distributed.constants import default_pg_timeout
 
 from gpt.errors import InputError
 
@@ -93,9 +94,31 @@ def setup(device: str) -> World:
     if world_size > 1:
         dist.init_process_group(
             backend="nccl" if dev.type == "cuda" else "gloo",
+            store=_attempt_store(rank, world_size),
+            rank=rank,
+            world_size=world_size,
             device_id=dev if dev.type == "cuda" else None,
         )
     return World(rank, local_rank, world_size, local_size, dev)
+
+
+def _attempt_store(rank: int, world_size: int) -> dist.Store:
+    """torchrun's key-value store, with this attempt's keys apart from earlier attempts'.
+
+    The workers share the torchrun agent's store, which outlives a restart (`--max-restarts`):
+    measured with torch 2.13 and gloo, restarted ranks then read the dead attempt's peer
+    addresses and fail ("connectFullMesh failed ... Connection refused"). Prefixing the keys
+    with the restart count keeps each attempt's rendezvous its own.
+    """
+    agent_store = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
+    store = dist.TCPStore(
+        os.environ["MASTER_ADDR"],
+        int(os.environ["MASTER_PORT"]),
+        world_size,
+        is_master=rank == 0 and not agent_store,  # without an agent store, rank 0 hosts it
+        timeout=default_pg_timeout,
+    )
+    return dist.PrefixStore(f"attempt-{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}", store)
 
 
 def teardown(world: World) -> None:

@@ -60,9 +60,11 @@ def train(root: Path, run: str, *flags: str) -> int:
 def train_cli(root: Path, run: str, *flags: str, env: dict | None = None,
               torchrun: list[str] | None = None) -> subprocess.CompletedProcess:
     """The same as a separate process, optionally under `torchrun <torchrun args>`."""
-    launcher = [sys.executable, "-m", "torch.distributed.run", *torchrun] if torchrun else [
-        sys.executable]
-    cmd = [*launcher, "-m", "gpt", "train", "--root", str(root), "--run", run, *TINY, *flags]
+    # torchrun's own parser would take `--run` for an abbreviation of its `--run-path` and fail
+    # ("ambiguous option"); `--` ends torchrun's options.
+    launcher = ([sys.executable, "-m", "torch.distributed.run", *torchrun, "-m", "gpt", "--"]
+                if torchrun else [sys.executable, "-m", "gpt"])
+    cmd = [*launcher, "train", "--root", str(root), "--run", run, *TINY, *flags]
     return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
 
 

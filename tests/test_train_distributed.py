@@ -1,0 +1,68 @@
+"""train-gpt under torchrun: two CPU ranks (gloo), one set of files, one effective batch, and
+recovery from a rank that dies."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gpt.rundir import RunDir
+from tests.train_fixtures import records, train_cli, write_data
+
+pytestmark = pytest.mark.slow
+
+TWO_RANKS = ["--standalone", "--nproc_per_node=2"]
+
+
+def corpus(root: Path, run: str) -> RunDir:
+    """The real load-corpus stage, char-level on the embedded default text."""
+    done = subprocess.run(
+        [sys.executable, "-m", "gpt", "corpus", "--root", str(root), "--run", run,
+         "--tokenizer", "char"], capture_output=True, text=True,
+    )
+    assert done.returncode == 0, done.stderr
+    return RunDir.of(root, run)
+
+
+def test_two_ranks_train_the_same_effective_batch_and_write_one_set_of_files(root: Path) -> None:
+    flags = ["--max_iters", "8", "--eval_interval", "4", "--ckpt_interval", "4"]
+    ddp = corpus(root, "ddp")
+    done = train_cli(root, "ddp", *flags, torchrun=TWO_RANKS)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.count("done: 8 steps") == 1  # rank 0 alone reports
+    assert "2 process(es) on cpu, 1 thread(s) each" in done.stdout
+
+    recs = records(ddp)
+    assert [r["step"] for r in recs] == list(range(1, 9))  # written once, not once per rank
+    assert sorted(p.name for p in ddp.ckpt_dir.iterdir()) == ["LATEST", "step-4", "step-8"]
+    rngs = json.loads((ddp.ckpt_step(8) / "rng.json").read_text())
+    assert sorted(rngs) == ["0", "1"] and rngs["0"]["torch"] != rngs["1"]["torch"]
+    assert (ddp.model_dir / "model.safetensors").is_file() and ddp.report_md.is_file()
+
+    # One process, and one process in two micro-steps, train on the very same windows: the
+    # losses agree with the two ranks' up to float rounding.
+    for run, extra in (("one", []), ("accum", ["--grad_accum", "2"])):
+        corpus(root, run)
+        assert train_cli(root, run, *flags, *extra).returncode == 0
+        for a, b in zip(recs, records(RunDir.of(root, run)), strict=True):
+            assert a["loss"] == pytest.approx(b["loss"], rel=1e-4), (run, a["step"])
+            if "val_loss" in a:
+                assert a["val_loss"] == pytest.approx(b["val_loss"], rel=1e-4), (run, a["step"])
+
+
+def test_a_rank_that_dies_is_restarted_by_torchrun_and_resumes(root: Path) -> None:
+    run = write_data(root, "r")
+    env = {**os.environ, "GPT_FAULT": "kill-rank-1@7"}
+    done = train_cli(root, "r", "--max_iters", "12", "--ckpt_interval", "5",
+                     "--eval_interval", "6", env=env, torchrun=[*TWO_RANKS, "--max-restarts=1"])
+    assert done.returncode == 0, done.stderr
+    assert "rank 1 kills itself after step 7" in done.stderr
+    assert "resumed from step-5" in done.stdout
+    assert [r["step"] for r in records(run)] == list(range(1, 13))
+    assert run.latest.read_text().strip() == "step-12"
+    assert (run.model_dir / "model.safetensors").is_file()
