@@ -16,7 +16,7 @@ import torch
 from gpt.config import RunConfig
 from gpt.errors import InputError
 from gpt.export import load_export
-from gpt.repl import PROMPT, Chat, interact
+from gpt.repl import GOODBYE, PROMPT, Chat, interact
 from gpt.sampling import SamplingConfig
 from gpt.tokenizer import tokenizer_from_json
 
@@ -79,9 +79,12 @@ def main(cfg: PromptConfig) -> None:
         file=sys.stderr,
     )
     if cfg.prompt:
-        for text in cfg.prompt:
-            chat.say(PROMPT + text)
-            chat.reply(text)
+        try:
+            for text in cfg.prompt:
+                chat.say(PROMPT + text)
+                chat.reply(text)
+        except KeyboardInterrupt:  # a clean end, as in the interactive session
+            chat.say(GOODBYE)
         return
     print("Type a prompt; /help for settings; exit, quit or Ctrl-D to leave.", file=sys.stderr)
     interact(chat, cfg.idle_timeout)

@@ -13,6 +13,7 @@ import dataclasses
 import signal
 import sys
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TextIO
@@ -170,18 +171,19 @@ class Chat:
         return NOTE + ", ".join(f"{k} {v}" for k, v in values.items())
 
 
-def _read_line(out: TextIO, redraw: bool, deadline: float | None) -> str:
-    """`input(PROMPT)`, with the prompt re-drawn every REDRAW_EVERY_S while the line is empty
-    (when `redraw`) and IdleTimeout raised at `deadline` (time.monotonic()).
+def _read_line(out: TextIO, typed: Callable[[], str] | None, deadline: float | None) -> str:
+    """`input(PROMPT)`, with IdleTimeout raised at `deadline` (time.monotonic()) and, on a
+    terminal (`typed` gives readline's current line), the prompt re-drawn every REDRAW_EVERY_S
+    while nothing is typed.
 
     A SIGALRM handler does both: it runs inside readline's wait and an exception it raises ends
     input(), for a terminal and a pipe alike. Signals work on the main thread only.
     """
-    if not redraw and deadline is None:
+    if typed is None and deadline is None:
         return input(PROMPT)
 
     def arm() -> None:
-        delay = REDRAW_EVERY_S if redraw else float("inf")
+        delay = REDRAW_EVERY_S if typed is not None else float("inf")
         if deadline is not None:
             delay = min(delay, deadline - time.monotonic())
         signal.setitimer(signal.ITIMER_REAL, max(delay, 0.001))
@@ -189,9 +191,7 @@ def _read_line(out: TextIO, redraw: bool, deadline: float | None) -> str:
     def on_alarm(signum, frame) -> None:
         if deadline is not None and time.monotonic() >= deadline:
             raise IdleTimeout
-        import readline  # only reached with a terminal, where input() uses readline
-
-        if not readline.get_line_buffer():
+        if typed is not None and not typed():
             out.write("\r" + PROMPT)  # same place, same text: invisible unless you just attached
             out.flush()
         arm()
@@ -205,16 +205,19 @@ def _read_line(out: TextIO, redraw: bool, deadline: float | None) -> str:
         signal.signal(signal.SIGALRM, previous)
 
 
-def interact(chat: Chat, idle_timeout: float | None, stdin: TextIO = sys.stdin) -> None:
+def interact(chat: Chat, idle_timeout: float | None) -> None:
     """Answer prompts from stdin until exit/quit, EOF, Ctrl-C or idle_timeout seconds of silence."""
-    terminal = stdin.isatty() and chat.out.isatty()
+    terminal = sys.stdin.isatty() and chat.out.isatty()  # what makes input() use readline
+    typed = None
     if terminal:
-        import readline  # noqa: F401  (importing it gives input() line editing and history)
+        import readline  # importing it gives input() line editing and history
+
+        typed = readline.get_line_buffer
     reason = ""
     try:
         while True:
             deadline = None if idle_timeout is None else time.monotonic() + idle_timeout
-            line = _read_line(chat.out, redraw=terminal, deadline=deadline)
+            line = _read_line(chat.out, typed, deadline)
             if not terminal:
                 chat.say(line)  # echo piped input so the output reads as a conversation
             line = line.strip()

@@ -164,6 +164,20 @@ def test_pipe_end_of_input_ends_cleanly(rundir: RunDir) -> None:
     assert out.stdout.count(REPLY) == 1 and "end of input" in out.stdout
 
 
+def test_pipe_idle_timeout_ends_a_session_nobody_feeds(rundir: RunDir) -> None:
+    child = subprocess.Popen(
+        [sys.executable, *args(rundir, "--idle_timeout", "1")], stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV,
+    )
+    try:
+        child.wait(timeout=60)  # stdin stays open and silent (communicate() would close it)
+    finally:
+        child.kill()
+    out = child.stdout.read()
+    assert child.returncode == 0, child.stderr.read()
+    assert "no input for 1 s" in out and out.rstrip().endswith(GOODBYE)
+
+
 def one_shot(rundir: RunDir, *extra: str) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, *args(rundir, *extra)], capture_output=True, text=True, env=ENV,
