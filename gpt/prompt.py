@@ -55,6 +55,8 @@ class PromptConfig(SamplingConfig, RunConfig):
 def resolve_device(device: str) -> str:
     if device == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
+    if torch.device(device).type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"--device {device}: no CUDA device here (try --device cpu)")
     return device
 
 

@@ -6,6 +6,7 @@ as a separate process. Timeouts are generous because the test machine is small a
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import pickle
@@ -19,8 +20,9 @@ import torch
 
 from gpt.export import WEIGHTS, save_export
 from gpt.model import GPT, GPTConfig
-from gpt.repl import GOODBYE, PROMPT, REPLY
+from gpt.repl import GOODBYE, PROMPT, REPLY, Chat
 from gpt.rundir import RunDir
+from gpt.sampling import SamplingConfig
 from gpt.tokenizer import CharTokenizer, GPT2Tokenizer, Tokenizer
 
 TEXT = "ANTIPHOLUS: To be, or not to be, that is the question!\n"
@@ -116,6 +118,35 @@ def test_unknown_characters_are_replaced_and_reported(rundir: RunDir) -> None:
     assert transcript(rundir)[0]["replaced"] == ["é"]
 
 
+class InterruptingTokenizer:
+    """A stand-in tokenizer whose decoding is 'interrupted by Ctrl-C' at the fourth token."""
+
+    eot_id = None
+    vocab_size = 10
+
+    def __init__(self) -> None:
+        self.decoded = 0
+
+    def encode_lossy(self, text: str) -> tuple[list[int], list[str]]:
+        return [ord(c) % self.vocab_size for c in text], []
+
+    def decode_bytes(self, ids: list[int]) -> bytes:
+        self.decoded += 1
+        if self.decoded == 4:
+            raise KeyboardInterrupt
+        return b"ab"
+
+
+def test_ctrl_c_mid_reply_still_records_the_partial_reply(tmp_path: Path) -> None:
+    model = GPT(GPTConfig(vocab_size=10, block_size=8, n_layer=1, n_head=1, n_embd=8)).eval()
+    path = tmp_path / "transcript.jsonl"
+    chat = Chat(model, InterruptingTokenizer(), SamplingConfig(), 0, path, io.StringIO())
+    with pytest.raises(KeyboardInterrupt):
+        chat.reply("hello")
+    (line,) = [json.loads(x) for x in path.read_text().splitlines()]
+    assert (line["reply"], line["reply_tokens"], line["stopped"]) == ("ababab", 3, "interrupted")
+
+
 def test_idle_timeout_ends_the_session(rundir: RunDir) -> None:
     child = spawn(rundir, "--idle-timeout", "1")
     child.expect_exact("no input for 1 s")
@@ -142,7 +173,7 @@ def test_idle_terminal_redraws_the_prompt_for_someone_attaching_later(rundir: Ru
 
 
 def test_pipe_one_prompt_per_line(rundir: RunDir) -> None:
-    stdin = "To be\n\n/top_k 3\nor not\nquit\nnever read\n"
+    stdin = "To be\n\n/top_k 3\n/help\n/nonsense\nor not\nquit\nnever read\n"
     out = subprocess.run(
         [sys.executable, *args(rundir, "--max_new_tokens", "9")],
         input=stdin, capture_output=True, text=True, env=ENV, timeout=60,
@@ -151,6 +182,7 @@ def test_pipe_one_prompt_per_line(rundir: RunDir) -> None:
     assert out.stdout.count(REPLY) == 2
     assert f"{PROMPT}To be\n{REPLY}" in out.stdout  # piped prompts are echoed
     assert out.stdout.rstrip().endswith(GOODBYE)
+    assert "/max_new_tokens N" in out.stdout and "unknown command /nonsense" in out.stdout
     lines = transcript(rundir)
     assert [(t["prompt"], t["top_k"]) for t in lines] == [("To be", None), ("or not", 3)]
 
