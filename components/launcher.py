@@ -385,6 +385,8 @@ def _follow(
                 _request_timeout=min(remaining, WATCH_WINDOW_S) + 30,
             ):
                 kind, new = event["type"], event["object"]
+                if kind == "ERROR":  # a Status; 410 Gone arrives as ApiException, handled below
+                    raise ApiException(status=new.get("code"), reason=new.get("message"))
                 if kind == "DELETED":
                     raise TrainJobFailed(f"TrainJob {namespace}/{name} was deleted while running")
                 rv = new["metadata"]["resourceVersion"]

@@ -165,19 +165,18 @@ def test_the_compiled_pipeline_runs_end_to_end_with_kfp_local(tmp_path):
 def test_without_the_workload_packages_the_stage_validates_its_own_flags(monkeypatch, capsys):
     # The component image has no PyTorch/numpy, so gpt.train does not import there: the step says
     # so and leaves the flags to the stage, which refuses bad ones before writing anything.
-    import builtins
+    import importlib
 
     from components import stages
 
-    real_import = builtins.__import__
+    real_import = importlib.import_module
 
-    def no_torch(name, *args, **kwargs):
-        if name in ("gpt.train", "torch"):
-            raise ModuleNotFoundError(f"No module named {name!r}")
-        return real_import(name, *args, **kwargs)
+    def without_torch(name, *args):
+        if name == "gpt.train":
+            raise ModuleNotFoundError("No module named 'torch'")
+        return real_import(name, *args)
 
-    monkeypatch.delitem(sys.modules, "gpt.train", raising=False)
-    monkeypatch.setattr(builtins, "__import__", no_torch)
+    monkeypatch.setattr(importlib, "import_module", without_torch)
     args = stages.validate(stages.STAGES["train"], {"root": "/gpt", "run": "r", "n_head": 3},
                            backend="trainjob", namespace="training", num_nodes=2,
                            num_proc_per_node=4, timeout=60)  # fmt: skip
