@@ -20,7 +20,7 @@ CONTAINER_TOOL ?= docker
 TORCH_INDEX_URL ?= https://download.pytorch.org/whl/cpu
 
 .DEFAULT_GOAL := help
-.PHONY: help install demo compile test lint clean build-images push-images set-images container-tool
+.PHONY: help install demo prompt compile test lint clean build-images push-images set-images container-tool
 
 help:  ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -39,6 +39,9 @@ install: $(STAMP)  ## create .venv and install the project with all extras
 DEMO_PROMPTS ?= ["To be, or not to be", "ANTIPHOLUS:"]
 demo: $(STAMP)  ## run the compiled pipeline end to end here with kfp.local (embedded corpus)
 	$(PY) -m pipeline run-local --root $(ROOT) --run $(RUN) --set 'prompt=$(DEMO_PROMPTS)'
+
+prompt: $(STAMP)  ## talk to the trained model of ROOT/RUN (after make demo); exit or Ctrl-D ends
+	$(PY) -m gpt prompt --root $(ROOT) --run $(RUN)
 
 compile: $(STAMP)  ## compile the pipeline to pipeline/gpt_trainjobs_pipeline.yaml (commit it)
 	$(PY) -m pipeline compile
