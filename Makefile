@@ -20,7 +20,7 @@ CONTAINER_TOOL ?= docker
 TORCH_INDEX_URL ?= https://download.pytorch.org/whl/cpu
 
 .DEFAULT_GOAL := help
-.PHONY: help install demo prompt compile test lint clean build-images push-images set-images container-tool
+.PHONY: help install demo prompt compile test bench bench-quick lint clean build-images push-images set-images container-tool
 
 help:  ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -48,6 +48,14 @@ compile: $(STAMP)  ## compile the pipeline to pipeline/gpt_trainjobs_pipeline.ya
 
 test: $(STAMP)  ## run the test suite
 	$(PY) -m pytest
+
+# Benchmarks report, never fail: tables on stdout, JSON per benchmark and summary.md in
+# bench/results/. `make bench BENCH=train` runs one.
+bench: $(STAMP)  ## run every benchmark in bench/ (a few minutes on 2 cores)
+	$(PY) -m bench $(BENCH)
+
+bench-quick: $(STAMP)  ## the benchmarks with fewer repeats and cases (under a minute)
+	$(PY) -m bench --quick $(BENCH)
 
 lint: $(STAMP)  ## static checks
 	$(PY) -m ruff check .

@@ -9,20 +9,26 @@ from __future__ import annotations
 import argparse
 import importlib
 import time
+from pathlib import Path
 
 from bench.harness import RESULTS, machine
 
 BENCHMARKS = {
     "corpus": "bench.corpus_speed",
+    "train": "bench.train_speed",
+    "generation": "bench.generation_speed",
+    "launcher": "bench.launcher_latency",
 }
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer repeats and cases (< 1 min)")
     known = ", ".join(BENCHMARKS)
     parser.add_argument("names", nargs="*", help=f"benchmarks to run: {known} (default: all)")
-    args = parser.parse_args()
+    parser.add_argument("--results", type=Path, default=RESULTS, metavar="DIR",
+                        help=f"where the JSON files and summary.md go (default: {RESULTS})")
+    args = parser.parse_args(argv)
     names = args.names or list(BENCHMARKS)
     unknown = sorted(set(names) - set(BENCHMARKS))
     if unknown:
@@ -32,7 +38,8 @@ def main() -> None:
         "# Benchmark results",
         "",
         f"Machine: {info['cpu']}, {info['cores']} cores, torch {info['torch']} "
-        f"({info['torch_threads']} threads), GPU: {info['gpu'] or 'none'}. "
+        f"({info['torch_threads']} threads), GPU: {info['gpu'] or 'none'}, "
+        f"load average {info['load_avg'][0]:g}. "
         f"{'Quick run' if args.quick else 'Full run'}, {time.strftime('%Y-%m-%d')}.",
         "",
     ]
@@ -40,14 +47,14 @@ def main() -> None:
         print(f"bench: {name} ...", flush=True)
         t0 = time.perf_counter()
         result = importlib.import_module(BENCHMARKS[name]).run(args.quick)
-        path = result.write()
+        path = result.write(args.results)
         table = result.markdown()
         print(table)
         print(f"bench: {name} done in {time.perf_counter() - t0:.0f} s, wrote {path}", flush=True)
         lines.append(table)
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "summary.md").write_text("\n".join(lines) + "\n")
-    print(f"bench: summary in {RESULTS / 'summary.md'}")
+    args.results.mkdir(parents=True, exist_ok=True)
+    (args.results / "summary.md").write_text("\n".join(lines) + "\n")
+    print(f"bench: summary in {args.results / 'summary.md'}")
 
 
 if __name__ == "__main__":

@@ -5,13 +5,12 @@ from __future__ import annotations
 import contextlib
 import io
 import tempfile
-from pathlib import Path
 
-from bench.harness import Result, Stats, fmt_stats, repeat, timed
+from bench.harness import SHARED, Result, Stats, fmt_stats, repeat, timed
 from gpt.corpus import CorpusConfig
 from gpt.corpus import main as corpus_main
 
-PLAYS = Path(__file__).resolve().parents[2] / "shared" / "data" / "shakespeare_plays.txt"
+PLAYS = SHARED / "data" / "shakespeare_plays.txt"
 CASES = [("gpt2", True), ("gpt2", False), ("char", False)]
 
 def run(quick: bool) -> Result:

@@ -6,17 +6,24 @@ with the median and the spread of the repeats, so a number can be re-checked lat
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import platform
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from gpt.rundir import RunDir
 
 RESULTS = Path(__file__).resolve().parent / "results"
+# ../shared beside the project: the larger corpora and the test API server.
+SHARED = Path(__file__).resolve().parents[2] / "shared"
 
 
 def machine() -> dict[str, Any]:
@@ -37,6 +44,9 @@ def machine() -> dict[str, Any]:
         "python": platform.python_version(),
         "torch": torch.__version__,
         "torch_threads": torch.get_num_threads(),
+        # Benchmarks share the machine with whatever else runs: a load above the core count
+        # means the numbers are low.
+        "load_avg": [round(x, 2) for x in os.getloadavg()],
         "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
     }
     return info
@@ -77,6 +87,32 @@ def timed(fn: Callable[[], Any]) -> float:
     return time.perf_counter() - t0
 
 
+@contextlib.contextmanager
+def threads(n: int | None) -> Iterator[int]:
+    """Run the block with `n` CPU threads (None: leave the count as it is); yields the count."""
+    import torch
+
+    saved = torch.get_num_threads()
+    if n:
+        torch.set_num_threads(n)
+    try:
+        yield torch.get_num_threads()
+    finally:
+        torch.set_num_threads(saved)
+
+
+def default_corpus(root: str | Path) -> RunDir:
+    """`python -m gpt corpus` with every default (the embedded corpus, the compacted GPT-2
+    tokenizer) into run `bench` under `root`, quietly: what the default model trains on."""
+    from gpt.corpus import CorpusConfig
+    from gpt.corpus import main as corpus_main
+
+    cfg = CorpusConfig(root=str(root), run="bench")
+    with contextlib.redirect_stdout(io.StringIO()):
+        corpus_main(cfg)
+    return cfg.rundir
+
+
 @dataclass
 class Result:
     """One benchmark's output: settings, rows of cases, and the table columns to show."""
@@ -86,9 +122,9 @@ class Result:
     columns: list[str]
     rows: list[dict[str, Any]] = field(default_factory=list)
 
-    def write(self) -> Path:
-        RESULTS.mkdir(parents=True, exist_ok=True)
-        path = RESULTS / f"{self.name}.json"
+    def write(self, folder: Path = RESULTS) -> Path:
+        folder.mkdir(parents=True, exist_ok=True)
+        path = folder / f"{self.name}.json"
         doc = {
             "name": self.name,
             "when": time.strftime("%Y-%m-%dT%H:%M:%S%z"),

@@ -7,6 +7,7 @@ tests/conftest.py imports the fixtures, so one server serves every test module.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import signal
@@ -100,24 +101,22 @@ def _apply_crds(api_client, crds: Path) -> None:
             time.sleep(0.05)
 
 
-@pytest.fixture(scope="session")
-def apiserver(shared: Path, tmp_path_factory) -> Iterator[ApiServer]:
-    """Started once per session (about a second), stopped by its pids at the end."""
-    start, crds = shared / START, shared / CRDS
-    if not start.is_file() or not crds.is_dir():
-        pytest.skip(f"{start} or {crds} is absent: no API server to test the cluster side on")
-    workdir = tmp_path_factory.mktemp("apiserver")
+@contextlib.contextmanager
+def running(shared: Path, workdir: Path) -> Iterator[ApiServer]:
+    """etcd and the API server in `workdir` with the Trainer CRDs applied (about a second);
+    stopped by their pids on exit. The benchmarks use it too."""
     api_port = _free_port()
     env = dict(os.environ, ETCD_PORT=str(_free_pair()), API_PORT=str(api_port))
     started = subprocess.run(
-        ["bash", str(start), str(workdir)], env=env, capture_output=True, text=True, timeout=120
+        ["bash", str(shared / START), str(workdir)],
+        env=env, capture_output=True, text=True, timeout=120,
     )
     try:
         if started.returncode != 0:
-            pytest.fail(f"start.sh failed:\n{started.stdout}\n{started.stderr}")
+            raise RuntimeError(f"start.sh failed:\n{started.stdout}\n{started.stderr}")
         server = ApiServer(workdir, workdir / "kubeconfig", f"https://127.0.0.1:{api_port}")
         _wait_healthy(workdir, server.url)
-        _apply_crds(server.client(), crds)
+        _apply_crds(server.client(), shared / CRDS)
         yield server
     finally:
         for pidfile in ("apiserver.pid", "etcd.pid"):
@@ -127,6 +126,23 @@ def apiserver(shared: Path, tmp_path_factory) -> Iterator[ApiServer]:
                     os.kill(int(path.read_text().strip()), signal.SIGTERM)
                 except ProcessLookupError:
                     pass
+
+
+def available(shared: Path) -> str | None:
+    """Why there is no API server to start from `shared`, or None when there is."""
+    start, crds = shared / START, shared / CRDS
+    if not start.is_file() or not crds.is_dir():
+        return f"{start} or {crds} is absent: no test API server to run against"
+    return None
+
+
+@pytest.fixture(scope="session")
+def apiserver(shared: Path, tmp_path_factory) -> Iterator[ApiServer]:
+    """Started once per session, stopped at the end."""
+    if reason := available(shared):
+        pytest.skip(reason)
+    with running(shared, tmp_path_factory.mktemp("apiserver")) as server:
+        yield server
 
 
 @pytest.fixture

@@ -1,0 +1,42 @@
+"""The benchmark runner end to end, on one benchmark shrunk to a second's work.
+
+Benchmarks never fail on a number; what must hold is that a run leaves results a reader can
+re-check: the machine, the settings, and a median and spread for every case.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from bench import generation_speed
+from bench.__main__ import main
+
+
+def test_a_quick_run_records_machine_settings_median_and_spread(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(generation_speed, "NEW_TOKENS", 4)
+    main(["--quick", "--results", str(tmp_path), "generation"])
+
+    doc = json.loads((tmp_path / "generation.json").read_text())
+    machine = doc["machine"]
+    assert machine["cores"] >= 1 and machine["torch"] and machine["torch_threads"] >= 1
+    assert {"cpu", "gpu", "load_avg"} <= machine.keys()
+    assert doc["settings"]["new_tokens"] == 4 and doc["settings"]["repeats"] >= 2
+    assert [row["cache"] for row in doc["rows"]] == [False, True]
+    for row in doc["rows"]:
+        rate = row["tokens_per_s"]
+        assert len(rate["values"]) == doc["settings"]["repeats"]
+        assert min(rate["values"]) <= rate["median"] <= max(rate["values"])
+        assert rate["spread"] >= 0
+    summary = (tmp_path / "summary.md").read_text()
+    assert "Machine:" in summary and "### generation" in summary
+    assert "| cache | threads | tokens/s |" in capsys.readouterr().out
+
+
+def test_unknown_names_are_refused_with_the_known_ones(capsys):
+    with pytest.raises(SystemExit) as stopped:
+        main(["no-such-benchmark"])
+    assert stopped.value.code == 2
+    err = capsys.readouterr().err
+    assert "unknown benchmark(s) no-such-benchmark" in err and "train" in err
