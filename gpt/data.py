@@ -98,7 +98,15 @@ class TokenData:
                     f"{path}: {size} bytes, but meta.json says {tokens} {meta.dtype} tokens "
                     f"({tokens * itemsize} bytes); the data directory is inconsistent, {hint}"
                 )
-            arrays.append(np.memmap(path, dtype=meta.dtype, mode="r"))
+            tokens = np.memmap(path, dtype=meta.dtype, mode="r")
+            # One pass over the ids (about a second per GB): an id past the vocabulary would
+            # otherwise fail deep inside the embedding, or silently on a GPU.
+            if tokens.max() >= meta.vocab_size:
+                raise InputError(
+                    f"{path}: holds token id {tokens.max()}, but meta.json says vocab_size "
+                    f"{meta.vocab_size}; the data directory is inconsistent, {hint}"
+                )
+            arrays.append(tokens)
         return cls(meta, arrays[0], arrays[1], tokenizer)
 
     def check_block_size(self, block_size: int) -> None:

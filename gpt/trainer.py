@@ -294,7 +294,7 @@ class Trainer:
         if self.world.is_main:
             state = {
                 "train": dataclasses.asdict(self.state),
-                "config": {k: v for k, v in vars(self.cfg).items()},
+                "config": dataclasses.asdict(self.cfg),
                 "model": dataclasses.asdict(self.model.config),
                 "data": self.data.meta.identity(),
                 "world_size": self.world.size,

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from gpt import checkpoint
-from tests.train_fixtures import TINY, records, train, write_data
+from tests.train_fixtures import ONE_THREAD, TINY, records, train, write_data
 
 
 class Payload:
@@ -74,7 +74,7 @@ def test_sigkill_during_a_checkpoint_write_keeps_latest_on_the_previous_one(root
     flags = ["--max_iters", "15", "--ckpt_interval", "5", "--keep_last", "5",
              "--eval_interval", "5"]
     cmd = [sys.executable, "-m", "gpt", "train", "--root", str(root), "--run", "r", *TINY, *flags]
-    env = {**os.environ, "GPT_FAULT": "stall-checkpoint@10"}
+    env = {**os.environ, **ONE_THREAD, "GPT_FAULT": "stall-checkpoint@10"}
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             env=env)
     try:
@@ -92,7 +92,8 @@ def test_sigkill_during_a_checkpoint_write_keeps_latest_on_the_previous_one(root
     assert run.latest.read_text().strip() == "step-5"
     assert not run.ckpt_step(10).exists()
 
-    resumed = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    resumed = subprocess.run(cmd, capture_output=True, text=True, timeout=300,
+                             env={**os.environ, **ONE_THREAD})
     assert resumed.returncode == 0, resumed.stderr
     assert "resumed from step-5" in resumed.stdout
     assert [r["step"] for r in records(run)] == list(range(1, 16))

@@ -180,7 +180,11 @@ def test_missing_or_inconsistent_data_is_a_one_line_error(root: Path, capsys) ->
     assert train(root, "r", "--max_iters", "4") == 2
     err = capsys.readouterr().err
     assert "train.bin" in err and "inconsistent" in err and err.count("\n") == 1
+    run = write_data(root, "r")
     meta = json.loads(run.meta_json.read_text())
+    run.meta_json.write_text(json.dumps({**meta, "vocab_size": 10}))
+    assert train(root, "r", "--max_iters", "4") == 2
+    assert "but meta.json says vocab_size 10" in capsys.readouterr().err
     del meta["dtype"]
     run.meta_json.write_text(json.dumps(meta))
     assert train(root, "r", "--max_iters", "4") == 2

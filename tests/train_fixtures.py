@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
+import torch
 
 from gpt.__main__ import main as gpt_main
 from gpt.rundir import RunDir
@@ -52,9 +54,25 @@ def write_data(root: Path, run: str, text: str = TEXT, val_fraction: float = 0.1
     return rundir
 
 
+# One thread: as fast for a tiny model, and two threads on two cores that other processes share
+# run several times slower (OpenMP threads wait on each other while descheduled).
+ONE_THREAD = {"OMP_NUM_THREADS": "1"}
+
+
 def train(root: Path, run: str, *flags: str) -> int:
     """`python -m gpt train` in this process (fast: no interpreter start); returns the exit code."""
-    return gpt_main(["train", "--root", str(root), "--run", run, *TINY, *flags])
+    threads = torch.get_num_threads()
+    saved = os.environ.get("OMP_NUM_THREADS")
+    os.environ.update(ONE_THREAD)
+    torch.set_num_threads(1)
+    try:
+        return gpt_main(["train", "--root", str(root), "--run", run, *TINY, *flags])
+    finally:
+        torch.set_num_threads(threads)
+        if saved is None:
+            del os.environ["OMP_NUM_THREADS"]
+        else:
+            os.environ["OMP_NUM_THREADS"] = saved
 
 
 def train_cli(root: Path, run: str, *flags: str, env: dict | None = None,
@@ -65,6 +83,7 @@ def train_cli(root: Path, run: str, *flags: str, env: dict | None = None,
     launcher = ([sys.executable, "-m", "torch.distributed.run", *torchrun, "-m", "gpt", "--"]
                 if torchrun else [sys.executable, "-m", "gpt"])
     cmd = [*launcher, "train", "--root", str(root), "--run", run, *TINY, *flags]
+    env = {**(env or os.environ), **ONE_THREAD}
     return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
 
 
