@@ -65,9 +65,7 @@ lint: $(STAMP)  ## static checks
 build-images: container-tool  ## build both images, then point runtimes/ and the pipeline at them
 	$(CONTAINER_TOOL) build --file docker/workload.Dockerfile \
 		--build-arg TORCH_INDEX_URL=$(TORCH_INDEX_URL) --tag $(WORKLOAD_IMAGE) .
-	$(CONTAINER_TOOL) build --file docker/component.Dockerfile \
-		--build-arg IMAGE_REGISTRY=$(IMAGE_REGISTRY) --build-arg IMAGE_TAG=$(IMAGE_TAG) \
-		--tag $(COMPONENT_IMAGE) .
+	$(CONTAINER_TOOL) build --file docker/component.Dockerfile --tag $(COMPONENT_IMAGE) .
 	$(MAKE) --no-print-directory set-images compile
 
 push-images: container-tool  ## push both images to IMAGE_REGISTRY

@@ -19,6 +19,7 @@ def generative_prompt(
     idle_timeout: float = 600,
     root: str = "/gpt",
     backend: str = "trainjob",
+    workload_image: str = "",
     namespace: str = "training",
     timeout: float = 3600,
 ):
@@ -38,6 +39,7 @@ def generative_prompt(
         idle_timeout: Interactive session ends after this many seconds without input; 0: never.
         root: Directory of run directories: /gpt (the PVC) for trainjob, any folder for local.
         backend: trainjob (a Kubeflow Trainer TrainJob) or local (a process here; stdin closed).
+        workload_image: Image the TrainJob runs (the pipeline sets it from images.env).
         namespace: Namespace of the TrainJob.
         timeout: Seconds before the TrainJob is deleted and the step fails (keep it above
             idle_timeout).
@@ -62,6 +64,7 @@ def generative_prompt(
             idle_timeout=idle_timeout or None,
         ),
         backend=backend,
+        image=workload_image,
         namespace=namespace,
         timeout=timeout,
         on_update=attach_hint(namespace) if interactive else None,

@@ -18,6 +18,7 @@ def load_corpus(
     block_size: int = 256,
     root: str = "/gpt",
     backend: str = "trainjob",
+    workload_image: str = "",
     namespace: str = "training",
     timeout: float = 1800,
 ) -> str:
@@ -33,6 +34,7 @@ def load_corpus(
         block_size: Context length training will use.
         root: Directory of run directories: /gpt (the PVC) for trainjob, any folder for local.
         backend: trainjob (a Kubeflow Trainer TrainJob) or local (a process here).
+        workload_image: Image the TrainJob runs (the pipeline sets it from images.env).
         namespace: Namespace of the TrainJob.
         timeout: Seconds before the TrainJob is deleted and the step fails.
 
@@ -55,6 +57,7 @@ def load_corpus(
             block_size=block_size,
         ),
         backend=backend,
+        image=workload_image,
         namespace=namespace,
         timeout=timeout,
     )

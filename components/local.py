@@ -29,6 +29,7 @@ def command(stage: str, args: list[str], num_proc_per_node: int = 1) -> list[str
             f"--nproc_per_node={num_proc_per_node}",
             "-m",
             "gpt",
+            "--",  # else torchrun's parser takes the stage's --run for its own --run-path
             stage,
             *args,
         ]

@@ -16,7 +16,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from components.images import workload_image
 from gpt.rundir import RunDir
 
 BACKENDS = ("trainjob", "local")
@@ -87,6 +86,7 @@ def validate(
     values: Mapping[str, Any],
     *,
     backend: str,
+    image: str,
     namespace: str,
     num_nodes: int,
     num_proc_per_node: int,
@@ -108,6 +108,8 @@ def validate(
                 f"root {values.get('root')!r}: the trainjob backend keeps runs on PVC gpt-pvc, "
                 f"mounted at {CLUSTER_ROOT} by the runtimes; use root={CLUSTER_ROOT!r}"
             )
+        if not image:
+            raise ValueError("workload_image: empty; a TrainJob needs the image to run the stage")
     if num_nodes < 1:
         raise ValueError(f"num_nodes {num_nodes}: must be at least 1")
     if num_proc_per_node < 1:
@@ -151,6 +153,7 @@ def run_stage(
     values: Mapping[str, Any],
     *,
     backend: str,
+    image: str = "",
     namespace: str = "training",
     num_nodes: int = 1,
     num_proc_per_node: int = 1,
@@ -161,6 +164,8 @@ def run_stage(
 ) -> dict[str, bytes]:
     """Run stage `cli` with `values` (its flags, `root` and `run` included) to the end.
 
+    `image` is the workload image the TrainJob runs (backend "trainjob"): the pipeline fixes it
+    when it compiles (from images.env), so a step never guesses it from where it runs.
     Returns the stage's output files that exist, by their path inside the run directory.
     """
     stage = STAGES[cli]
@@ -168,6 +173,7 @@ def run_stage(
         stage,
         values,
         backend=backend,
+        image=image,
         namespace=namespace,
         num_nodes=num_nodes,
         num_proc_per_node=num_proc_per_node,
@@ -188,13 +194,14 @@ def run_stage(
     if stage.distributed:
         # torchrun takes --nnodes, --nproc_per_node, --node_rank, --master_addr/port from the
         # PET_* variables the Trainer's torch policy sets from numNodes and numProcPerNode.
-        program = ["torchrun", "-m", "gpt", stage.cli]
+        # "--": torchrun's parser would take the stage's --run as an abbreviation of --run-path.
+        program = ["torchrun", "-m", "gpt", "--", stage.cli]
     else:
         program = ["python", "-m", "gpt", stage.cli]
     spec = launcher.TrainJobSpec(
         stage=stage.name,
         runtime=stage.runtime,
-        image=workload_image(),
+        image=image,
         command=["sh", "-c", launcher.emit_script(str(rundir.path), rels), stage.name],
         args=program + args,
         env={"PYTHONUNBUFFERED": "1"},

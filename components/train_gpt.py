@@ -30,6 +30,7 @@ def train_gpt(
     gpus_per_node: int = 0,
     root: str = "/gpt",
     backend: str = "trainjob",
+    workload_image: str = "",
     namespace: str = "training",
     timeout: float = 86400,
 ) -> str:
@@ -56,6 +57,7 @@ def train_gpt(
         gpus_per_node: NVIDIA GPUs to request per node (TrainJob resourcesPerNode); 0: none.
         root: Directory of run directories: /gpt (the PVC) for trainjob, any folder for local.
         backend: trainjob (a Kubeflow Trainer TrainJob) or local (a process here).
+        workload_image: Image the TrainJob runs (the pipeline sets it from images.env).
         namespace: Namespace of the TrainJob.
         timeout: Seconds before the TrainJob is deleted and the step fails.
 
@@ -88,6 +90,7 @@ def train_gpt(
             seed=seed,
         ),
         backend=backend,
+        image=workload_image,
         namespace=namespace,
         num_nodes=num_nodes,
         num_proc_per_node=num_proc_per_node,

@@ -20,20 +20,15 @@ COPY README.md images.env ./
 COPY gpt/ gpt/
 COPY components/ components/
 COPY pipeline/ pipeline/
-# components/images.py names the images when the components are imported and when a step creates
-# a TrainJob: give it the images.env it reads (beside the installed packages) and the names this
-# image was built under (make build-images passes them), which override the file as in make.
-ARG IMAGE_REGISTRY
-ARG IMAGE_TAG
-ENV IMAGE_REGISTRY=${IMAGE_REGISTRY} \
-    IMAGE_TAG=${IMAGE_TAG}
+# Importing a component module names its base image from images.env (components/images.py), so
+# the image carries that file where images.py looks. Which workload image a TrainJob runs is not
+# decided here: the compiled pipeline passes it (parameter workload_image).
 # Smoke test: every module of both packages imports as installed (-I: not from the source here).
 RUN pip install --no-deps . \
  && cp images.env "$(python -I -c 'from components.images import IMAGES_ENV; print(IMAGES_ENV)')" \
  && python -I -c "import importlib, pkgutil, kfp, components, pipeline; \
 print('kfp', kfp.__version__, *[importlib.import_module(f'{p.__name__}.{m.name}').__name__ \
-for p in (components, pipeline) for m in pkgutil.iter_modules(p.__path__)])" \
- && python -I -c "from components.images import workload_image; print('TrainJobs run', workload_image())"
+for p in (components, pipeline) for m in pkgutil.iter_modules(p.__path__)])"
 
 # No USER: KFP v2 steps write their artifacts under /minio, /s3 or /gcs at the filesystem root,
 # which a non-root user cannot create (kubeflow/pipelines#10397); KFP's pod spec decides the user.

@@ -26,6 +26,8 @@ USAGE = "usage: python -m gpt <stage> [--help] [flags]\n\nstages:\n" + "".join(
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["--"]:  # `torchrun -m gpt -- train ...`: some Pythons pass the "--" on
+        argv = argv[1:]
     if not argv or argv[0] in ("-h", "--help"):
         print(USAGE, end="")
         return 0 if argv else 2

@@ -9,6 +9,7 @@ where the pipeline chooses otherwise (block_size: one value for corpus and train
 from kfp import dsl
 
 from components.generative_prompt import generative_prompt
+from components.images import workload_image as images_env_workload_image
 from components.load_corpus import load_corpus
 from components.train_gpt import train_gpt
 
@@ -58,6 +59,9 @@ def gpt_trainjobs_pipeline(
     namespace: str = "training",
     root: str = "/gpt",
     run: str = "",
+    # fixed when the pipeline compiles (images.env, or IMAGE_REGISTRY/IMAGE_TAG); a run may
+    # override it, e.g. with a CUDA build
+    workload_image: str = images_env_workload_image(),
 ):
     """load-corpus -> train-gpt -> generative-prompt.
 
@@ -95,8 +99,9 @@ def gpt_trainjobs_pipeline(
         namespace: Namespace of the TrainJobs (where PVC gpt-pvc lives).
         root: Directory of run directories: /gpt (the PVC) for trainjob, a folder for local.
         run: Run directory name; empty: the KFP run id.
+        workload_image: Image the TrainJobs run (the gpt package and PyTorch).
     """
-    common = dict(root=root, backend=backend, namespace=namespace)
+    common = dict(root=root, backend=backend, namespace=namespace, workload_image=workload_image)
     corpus = load_corpus(
         run=run,
         kfp_run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER,

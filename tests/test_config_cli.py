@@ -64,3 +64,5 @@ def test_gpt_help_lists_stages_and_unknown_stage_exits_2() -> None:
     assert out.returncode == 0 and "corpus" in out.stdout
     bad = run_gpt("nonsense")
     assert bad.returncode == 2 and "unknown stage 'nonsense'" in bad.stderr
+    # torchrun -m gpt -- train ...: a leading "--" some Pythons' argparse passes on is skipped
+    assert run_gpt("--", "--help").returncode == 0

@@ -192,14 +192,11 @@ def test_component_image_pins_the_kfp_that_compiles_the_pipeline() -> None:
     assert project and all("--no-deps" in a for a in project)
 
 
-def test_component_image_knows_the_names_it_was_built_under() -> None:
-    # Importing a component calls component_image(), and a step creating a TrainJob calls
-    # workload_image(): both read images.env, so the image carries it where images.py looks,
-    # before the smoke test imports anything, and the build's names override it.
+def test_component_image_carries_images_env_for_its_imports() -> None:
+    # Importing a component calls component_image(), which reads images.env: the image carries
+    # it where images.py looks, before the smoke test imports anything. (The workload image a
+    # step launches comes from the compiled pipeline, not from this file.)
     steps = instructions(COMPONENT_DOCKERFILE)
-    assert {"IMAGE_REGISTRY", "IMAGE_TAG"} <= {rest for ins, rest in steps if ins == "ARG"}
-    env = " ".join(rest for ins, rest in steps if ins == "ENV")
-    assert "IMAGE_REGISTRY=${IMAGE_REGISTRY}" in env and "IMAGE_TAG=${IMAGE_TAG}" in env
     assert any(ins == "COPY" and "images.env" in rest.split()[:-1] for ins, rest in steps)
     commands = [" ".join(c) for c in shell_commands(COMPONENT_DOCKERFILE)]
     placed = next(i for i, c in enumerate(commands) if c.startswith("cp images.env")
@@ -424,9 +421,6 @@ def test_make_build_and_push_use_the_images_py_names_for_any_registry(tmp_path: 
         flags, tag = re.search(build_line, commands).groups()
         assert tag == image
         assert ("--build-arg TORCH_INDEX_URL=" + cuda in flags) == (dockerfile == "workload")
-        given = f"--build-arg IMAGE_REGISTRY={override['IMAGE_REGISTRY']} " \
-                f"--build-arg IMAGE_TAG={override['IMAGE_TAG']}"
-        assert (given in " ".join(flags.split())) == (dockerfile == "component")
     # ... then re-points the runtimes and recompiles the pipeline, with the same names (exported).
     assert "make --no-print-directory set-images compile" in commands
     assert f"docker/set_image.py runtimes/kustomization.yaml gpt-workload={workload}" in commands

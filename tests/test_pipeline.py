@@ -16,6 +16,7 @@ import pytest
 import yaml
 
 from components.generative_prompt import generative_prompt
+from components.images import workload_image
 from components.load_corpus import load_corpus
 from components.train_gpt import train_gpt
 from pipeline.__main__ import COMPILED
@@ -57,6 +58,12 @@ def test_compiles_to_three_chained_uncached_steps(tmp_path):
                  "num_nodes", "num_proc_per_node", "temperature", "top_k", "top_p", "prompt",
                  "idle_timeout", "namespace", "backend"):  # fmt: skip
         assert knob in params, f"pipeline parameter {knob} missing"
+    # The workload image is fixed at compile time from images.env and handed to every step, so
+    # what a TrainJob runs never depends on the component image a step happens to run in.
+    assert params["workload_image"]["defaultValue"] == workload_image()
+    for t in STEPS:
+        given = tasks[t]["inputs"]["parameters"]["workload_image"]
+        assert given["componentInputParameter"] == "workload_image"
 
 
 def test_committed_yaml_is_what_make_compile_writes(tmp_path):
@@ -105,8 +112,11 @@ def test_parameters_share_the_cli_names_and_defaults(func):
          "backend 'cloud': must be one of trainjob, local"),
         (lambda r: train_gpt.python_func(run="r", root=r, **ART),
          "the trainjob backend keeps runs on PVC gpt-pvc"),
-        (lambda r: train_gpt.python_func(run="r", namespace="Bad_NS", root="/gpt", **ART),
+        (lambda r: train_gpt.python_func(run="r", namespace="Bad_NS", root="/gpt",
+                                         workload_image="img", **ART),
          "namespace 'Bad_NS': not a valid Kubernetes namespace name"),
+        (lambda r: train_gpt.python_func(run="r", root="/gpt", **ART),
+         "workload_image: empty"),
         (lambda r: load_corpus.python_func(run="r", tokenizer="bpe", backend="local", root=r,
                                            corpus_stats=None),
          "argument --tokenizer: invalid choice: 'bpe'"),
@@ -116,7 +126,8 @@ def test_parameters_share_the_cli_names_and_defaults(func):
                                                  transcript=None),
          "--top_p"),
     ],
-    ids=["config-check", "local-nodes", "backend", "root", "namespace", "choice", "run", "top_p"],
+    ids=["config-check", "local-nodes", "backend", "root", "namespace", "no-image", "choice", "run",
+         "top_p"],
 )  # fmt: skip
 def test_bad_input_stops_a_step_before_anything_starts(call, message, tmp_path):
     root = tmp_path / "root"
@@ -178,7 +189,7 @@ def test_without_the_workload_packages_the_stage_validates_its_own_flags(monkeyp
 
     monkeypatch.setattr(importlib, "import_module", without_torch)
     args = stages.validate(stages.STAGES["train"], {"root": "/gpt", "run": "r", "n_head": 3},
-                           backend="trainjob", namespace="training", num_nodes=2,
+                           backend="trainjob", image="img", namespace="training", num_nodes=2,
                            num_proc_per_node=4, timeout=60)  # fmt: skip
     assert args == ["--root", "/gpt", "--run", "r", "--n_head", "3"]
     assert "gpt.train not importable here" in capsys.readouterr().out

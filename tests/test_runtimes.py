@@ -19,7 +19,6 @@ from kfp import dsl
 
 from components import launcher
 from components.generative_prompt import generative_prompt
-from components.images import workload_image
 from components.launcher import GROUP, PLURAL, VERSION
 from components.load_corpus import load_corpus
 from components.train_gpt import train_gpt
@@ -131,7 +130,7 @@ CASES = {
         train_gpt,
         dict(run="run-1", n_layer=2, max_iters=30, warmup_iters=5, num_proc_per_node=2),
         "gpt-train",
-        ["torchrun", "-m", "gpt", "train"],
+        ["torchrun", "-m", "gpt", "--", "train"],
     ),
     "generative-prompt": (
         generative_prompt,
@@ -160,7 +159,10 @@ def test_each_component_creates_an_accepted_trainjob_and_reports_back(
             transcript=artifact(dsl.Markdown, tmp_path, "transcript")
         ),
     }[stage]()
-    result = component.python_func(**params, **outputs, namespace=ns, backend="trainjob")
+    image = "registry.example.com/team/gpt-workload:run-override"
+    result = component.python_func(
+        **params, **outputs, namespace=ns, backend="trainjob", workload_image=image
+    )
     ctl.join(5)
     assert ctl.error is None
 
@@ -173,7 +175,7 @@ def test_each_component_creates_an_accepted_trainjob_and_reports_back(
     assert set(job["spec"]) - defaulted == {"runtimeRef", "trainer"}
     assert job["spec"]["runtimeRef"]["name"] == runtime
     trainer = job["spec"]["trainer"]
-    assert trainer["image"] == workload_image()
+    assert trainer["image"] == image  # what the pipeline passed, not what the step's image holds
     assert trainer["args"][: len(program)] == program
     args = trainer["args"][len(program) :]
     assert args[:4] == ["--root", "/gpt", "--run", "run-1"]

@@ -1,0 +1,26 @@
+"""The local backend runs a stage as the TrainJob would: torchrun with several processes too."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from components.stages import run_stage
+from tests.train_fixtures import TINY, write_data
+
+
+def test_train_under_torchrun_with_two_processes_through_the_local_backend(root: Path) -> None:
+    rundir = write_data(root, "ddp-local")
+    flags = dict(zip(TINY[::2], TINY[1::2], strict=True))
+    values = {k.removeprefix("--"): v for k, v in flags.items()}
+    files = run_stage(
+        "train",
+        {"root": str(root), "run": "ddp-local", **values, "max_iters": 4, "eval_interval": 4},
+        backend="local",
+        num_proc_per_node=2,
+        timeout=300,
+        say=lambda line: None,
+    )
+    lines = [json.loads(x) for x in files["metrics/train.jsonl"].decode().splitlines()]
+    assert lines[-1]["step"] == 4
+    assert (rundir.model_dir / "model.safetensors").is_file()
