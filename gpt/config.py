@@ -29,7 +29,8 @@ class RunConfig:
     root: str = "runs"
     """Directory that holds one sub-directory per run (`/gpt` on the cluster)."""
     run: str = "demo"
-    """Run id: the sub-directory of --root this stage reads and writes (the KFP run id on a cluster)."""
+    """Run id: the sub-directory of --root this stage reads and writes (the KFP run id on a
+    cluster)."""
 
     def __post_init__(self) -> None:
         if not self.root:
@@ -83,7 +84,9 @@ def _add_field(parser: argparse.ArgumentParser, f: dataclasses.Field, hint: Any,
         origin, args = typing.get_origin(hint), typing.get_args(hint)
     help_text = f"{doc} (default: {default})" if doc else f"(default: {default})"
     if hint is bool:
-        parser.add_argument(*flags, type=_bool, default=default, metavar="{true,false}", help=help_text)
+        parser.add_argument(
+            *flags, type=_bool, default=default, metavar="{true,false}", help=help_text
+        )
     elif origin is Literal:
         parser.add_argument(*flags, choices=list(args), default=default, help=help_text)
     elif origin in (list, tuple):
@@ -106,7 +109,10 @@ def build_parser(cls: type, prog: str, description: str) -> argparse.ArgumentPar
 
 
 def parse_config(cls: type[C], argv: list[str], prog: str, description: str) -> C:
-    """Parse `argv` into `cls`; argparse exits 2 on unknown flags, `__post_init__` raises ValueError."""
+    """Parse `argv` into `cls`.
+
+    argparse exits 2 on an unknown flag or a bad value; `__post_init__` raises ValueError.
+    """
     ns = build_parser(cls, prog, description).parse_args(argv)
     values = {k: v for k, v in vars(ns).items() if v is not None or _field_default(cls, k) is None}
     for f in dataclasses.fields(cls):  # repeatable flags given zero times take the field default

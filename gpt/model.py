@@ -65,8 +65,10 @@ class KVCache:
     def capacity(self) -> int:
         return self.k.size(3)
 
-    def store(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Write this step's (B, nh, T, hs) keys/values; return all of them so far, (B, nh, pos+T, hs)."""
+    def store(
+        self, layer: int, k: torch.Tensor, v: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Write this step's keys/values (B, nh, T, hs); return all so far, (B, nh, pos+T, hs)."""
         end = self.pos + k.size(2)
         self.k[layer, :, :, self.pos : end] = k
         self.v[layer, :, :, self.pos : end] = v

@@ -42,7 +42,8 @@ def test_kv_cache_logits_equal_full_forward(model: GPT) -> None:
     prefill, _ = model(idx[:, :9], cache=cache)  # prefill 9 tokens
     steps = [model(idx[:, t : t + 1], cache=cache)[0] for t in range(9, 13)]  # decode 4, one by one
     chunk, _ = model(idx[:, 13:], cache=cache)  # then 3 at once at an offset
-    torch.testing.assert_close(torch.cat([prefill, *steps, chunk], dim=1), full, atol=1e-5, rtol=1e-4)
+    cached = torch.cat([prefill, *steps, chunk], dim=1)
+    torch.testing.assert_close(cached, full, atol=1e-5, rtol=1e-4)
     assert cache.pos == 16
 
 
@@ -79,7 +80,8 @@ def test_export_round_trip_keeps_weights_and_tie(tmp_path, model: GPT) -> None:
     save_export(model, {"kind": "char", "chars": "ab"}, tmp_path / "model")
     loaded, tok = load_export(tmp_path / "model")
     assert tok == {"kind": "char", "chars": "ab"}
-    for (name, a), (_, b) in zip(model.state_dict().items(), loaded.state_dict().items(), strict=True):
+    pairs = zip(model.state_dict().items(), loaded.state_dict().items(), strict=True)
+    for (name, a), (_, b) in pairs:
         torch.testing.assert_close(a, b, msg=name)
     assert loaded.lm_head.weight.data_ptr() == loaded.transformer.wte.weight.data_ptr()
 
