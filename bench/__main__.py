@@ -18,6 +18,7 @@ BENCHMARKS = {
     "train": "bench.train_speed",
     "generation": "bench.generation_speed",
     "launcher": "bench.launcher_latency",
+    "time_to_quality": "bench.time_to_quality",
 }
 
 

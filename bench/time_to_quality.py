@@ -1,0 +1,194 @@
+"""Time to quality: how good the model gets per second of training, reference vs default recipe.
+
+Each case runs this project's own stages as processes (`python -m gpt corpus`, then
+`python -m gpt train`), so threads and memory are the trainer's own, as a user gets them:
+
+- **reference**: nanoGPT's CPU "baby GPT" (char, 4 layers x 4 heads x 128, block 64, batch 12,
+  lr 1e-3 -> 1e-4, warmup 100, 2000 iterations, dropout 0), every flag passed explicitly;
+- **default**: `python -m gpt corpus` and `python -m gpt train` with their default flags.
+
+Both hold out the last 10% of the text as validation. The trainer writes a checkpoint every
+1/CHECKPOINTS of its steps; after training, this process evaluates each checkpoint on the
+validation split and pairs its bits per byte with the training time the checkpoint recorded.
+So evaluation costs the recipes nothing (as if it ran elsewhere), while the checkpoint writes are
+counted: the time is the trainer's own clock, the one `--time_budget` reads (from the first step
+to the last, without process start and data loading).
+
+Reported per case: the best validation bits per byte, the training time, and the training time
+of the first checkpoint at or below the target (an upper bound, to one checkpoint interval).
+
+`python -m bench.time_to_quality --source plays --tokenizer gpt2 -- --n_layer 6 ...` runs one
+case with extra training flags and prints its row: how each trial in bench/recipe_trials.md
+was measured.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import safetensors.torch
+import torch
+
+from bench.harness import Result
+from gpt.corpus import CorpusConfig
+from gpt.data import DataMeta, eval_batches, eval_offsets
+from gpt.model import GPT, GPTConfig
+from gpt.train import TrainConfig
+
+REPO = Path(__file__).resolve().parents[1]
+SOURCES = {
+    "comedy": "default",  # the embedded Comedy of Errors, what `make demo` trains on
+    "plays": str(REPO.parent / "shared" / "data" / "shakespeare_plays.txt"),
+}
+# Issue 8's goals: this bits per byte on the default corpus within the default budget; on the
+# plays, the reference's final quality, in at most half the reference's time.
+TARGET_BPB = {"comedy": 2.02, "plays": 2.708}
+REFERENCE = {
+    "n_layer": 4, "n_head": 4, "n_embd": 128, "block_size": 64, "batch_size": 12,
+    "learning_rate": 1e-3, "min_lr": 1e-4, "warmup_iters": 100, "max_iters": 2000,
+    "time_budget": 0, "dropout": 0.0, "weight_decay": 0.1, "beta2": 0.99, "bias": False,
+}
+CHECKPOINTS = 20  # evaluation points per run
+# Validation tokens per evaluation, at most: as many as the reference's 200 batches of 12 x 64.
+EVAL_TOKENS = 200 * 12 * 64
+# Threads per training process: OMP_NUM_THREADS if set, else one per core.
+THREADS = int(os.environ.get("OMP_NUM_THREADS") or os.cpu_count() or 1)
+COLUMNS = ["corpus", "tokenizer", "recipe", "steps", "train s", "best bpb", "target bpb",
+           "s to target"]
+
+
+@dataclass
+class Case:
+    source: str  # a key of SOURCES
+    tokenizer: str  # gpt2 or char
+    recipe: str  # "reference" or "default"
+    train_flags: dict[str, Any] = field(default_factory=dict)  # on top of the recipe's
+
+    def flags(self) -> dict[str, Any]:
+        return {**(REFERENCE if self.recipe == "reference" else {}), **self.train_flags}
+
+
+def _gpt(args: list[str], log: Path) -> None:
+    env = dict(os.environ, OMP_NUM_THREADS=str(THREADS))
+    with log.open("a") as out:
+        out.write(f"$ python -m gpt {' '.join(args)}\n")
+        out.flush()
+        proc = subprocess.run([sys.executable, "-m", "gpt", *args], stdout=out,
+                              stderr=subprocess.STDOUT, env=env, cwd=REPO)
+    if proc.returncode:
+        raise RuntimeError(f"python -m gpt {' '.join(args)} failed:\n{log.read_text()[-2000:]}")
+
+
+def _cli(flags: dict[str, Any]) -> list[str]:
+    return [arg for k, v in flags.items() for arg in (f"--{k}", str(v))]
+
+
+@torch.no_grad()
+def evaluate(ckpt: Path, data: Path, meta: DataMeta) -> float:
+    """Validation bits per byte of one checkpoint, on evenly spread windows of val.bin."""
+    state = json.loads((ckpt / "state.json").read_text())
+    model = GPT(GPTConfig(**state["model"]))
+    safetensors.torch.load_model(model, str(ckpt / "model.safetensors"))
+    model.eval()
+    tokens = np.memmap(data / "val.bin", dtype=meta.dtype, mode="r")
+    block = model.config.block_size
+    offsets = eval_offsets(len(tokens), block, max(1, EVAL_TOKENS // block))
+    total = 0.0
+    for x, y in eval_batches(tokens, offsets, block, 64, torch.device("cpu")):
+        total += model(x, y)[1].item() * len(x)
+    return meta.bits_per_byte(total / len(offsets))
+
+
+def run_case(case: Case, root: Path, name: str) -> dict[str, Any]:
+    """Train one case in `root/name` (its data shared per corpus and tokenizer); its row."""
+    log = root / f"{name}.log"
+    data_run = f"data-{case.source}-{case.tokenizer}"
+    if not (root / data_run / "data").is_dir():
+        _gpt(["corpus", "--root", str(root), "--run", data_run, "--source",
+              SOURCES[case.source], "--tokenizer", case.tokenizer, "--block_size", "64"], log)
+    (root / name).mkdir()
+    for part in ("corpus", "data"):
+        (root / name / part).symlink_to(root / data_run / part)
+    flags = case.flags()
+    max_iters = flags.get("max_iters", TrainConfig.max_iters)
+    # When to checkpoint and evaluate: nothing that changes the training.
+    bench_flags = {"ckpt_interval": max(1, max_iters // CHECKPOINTS), "eval_interval": max_iters,
+                   "keep_last": 10**6, "resume": "never"}
+    _gpt(["train", "--root", str(root), "--run", name, *_cli({**bench_flags, **flags})], log)
+
+    data = root / name / "data"
+    meta = DataMeta.read(data / "meta.json")
+    curve = []
+    for ckpt in sorted((root / name / "ckpt").glob("step-*"), key=lambda p: int(p.name[5:])):
+        train = json.loads((ckpt / "state.json").read_text())["train"]
+        curve.append({"step": train["step"], "train_s": round(train["elapsed_s"], 2),
+                      "val_bpb": round(evaluate(ckpt, data, meta), 4)})
+    target = TARGET_BPB[case.source]
+    reached = next((p["train_s"] for p in curve if p["val_bpb"] <= target), None)
+    return {
+        "corpus": case.source, "tokenizer": case.tokenizer, "recipe": case.recipe,
+        "steps": curve[-1]["step"], "train s": curve[-1]["train_s"],
+        "best bpb": min(p["val_bpb"] for p in curve), "target bpb": target,
+        "s to target": reached if reached is not None else "not reached",
+        "train_flags": flags, "curve": curve,
+    }
+
+
+def cases(quick: bool) -> list[Case]:
+    default = CorpusConfig.__dataclass_fields__["tokenizer"].default
+    other = "char" if default == "gpt2" else "gpt2"
+    if quick:  # the same comparison in a few seconds: only the machinery, not the numbers
+        return [Case("comedy", "char", "reference", {"time_budget": 3}),
+                Case("comedy", default, "default", {"time_budget": 3})]
+    return [
+        Case("comedy", "char", "reference"), Case("comedy", default, "default"),
+        Case("plays", "char", "reference"), Case("plays", default, "default"),
+        Case("plays", other, "default"),
+    ]
+
+
+def run(quick: bool) -> Result:
+    todo = cases(quick)
+    result = Result(
+        "time_to_quality",
+        {"threads": THREADS, "checkpoints_per_run": CHECKPOINTS, "eval_tokens": EVAL_TOKENS,
+         "time": "training only (the trainer's clock, checkpoint writes included); evaluation "
+                 "afterwards from the checkpoints, not counted",
+         "reference": REFERENCE, "quick": quick},
+        COLUMNS,
+    )
+    with tempfile.TemporaryDirectory(prefix="ttq-") as tmp:
+        for i, case in enumerate(todo):
+            print(f"time_to_quality: {case.recipe} on {case.source} ({case.tokenizer}) ...",
+                  flush=True)
+            result.rows.append(run_case(case, Path(tmp), f"{i}-{case.recipe}"))
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench.time_to_quality",
+                                     description="one time-to-quality case, with extra flags")
+    parser.add_argument("--source", choices=SOURCES, default="comedy")
+    parser.add_argument("--tokenizer", choices=("gpt2", "char"), default="gpt2")
+    parser.add_argument("--recipe", choices=("default", "reference"), default="default")
+    parser.add_argument("train_flags", nargs=argparse.REMAINDER,
+                        help="after --: train flags, e.g. -- --n_layer 6 --learning_rate 2e-3")
+    args = parser.parse_args()
+    extra = [a for a in args.train_flags if a != "--"]
+    flags = dict(zip((k.lstrip("-") for k in extra[::2]), extra[1::2], strict=True))
+    with tempfile.TemporaryDirectory(prefix="ttq-") as tmp:
+        row = run_case(Case(args.source, args.tokenizer, args.recipe, flags), Path(tmp), "trial")
+    print(json.dumps(row))
+
+
+if __name__ == "__main__":
+    main()
