@@ -40,27 +40,26 @@ def run(quick: bool) -> Result:
          "new_tokens": NEW_TOKENS, "decoding": "greedy", "repeats": repeats, "warmup": 1},
         ["cache", "threads", "tokens/s", "first token", "speed-up"],
     )
-    # On a CPU also the cached path on one thread: one token at a time is little work to share.
-    cases = [(False, None), (True, None)]
-    if device == "cpu" and not quick:
-        cases.append((True, 1))
-    no_cache: Stats | None = None
-    for use_cache, n_threads in cases:
-        with threads(n_threads) as used:
-            measure_speed(model, prompt, NEW_TOKENS, use_cache)  # warm-up: allocator, kernels
-            runs = [measure_speed(model, prompt, NEW_TOKENS, use_cache) for _ in range(repeats)]
-        rate = Stats([r.tokens_per_s for r in runs])
-        first = Stats([r.first_token_s * 1e3 for r in runs])
-        no_cache = no_cache or rate  # the first case is the baseline
-        result.rows.append(
-            {
-                "cache": use_cache,
-                "threads": used if device == "cpu" else "",
-                "tokens/s": fmt_stats(rate),
-                "first token": fmt_stats(first, " ms"),
-                "speed-up": f"{rate.median / no_cache.median:.1f}x",
-                "tokens_per_s": rate.as_dict(),
-                "first_token_ms": first.as_dict(),
-            }
-        )
+    # On a CPU also both paths on one thread: one token at a time is little work to share.
+    thread_counts = [None, 1] if device == "cpu" and not quick else [None]
+    for n_threads in thread_counts:
+        no_cache: Stats | None = None  # the baseline of the speed-up, at the same thread count
+        for use_cache in (False, True):
+            with threads(n_threads) as used:
+                measure_speed(model, prompt, NEW_TOKENS, use_cache)  # warm-up: allocator, kernels
+                runs = [measure_speed(model, prompt, NEW_TOKENS, use_cache) for _ in range(repeats)]
+            rate = Stats([r.tokens_per_s for r in runs])
+            first = Stats([r.first_token_s * 1e3 for r in runs])
+            no_cache = no_cache or rate
+            result.rows.append(
+                {
+                    "cache": use_cache,
+                    "threads": used if device == "cpu" else "",
+                    "tokens/s": fmt_stats(rate),
+                    "first token": fmt_stats(first, " ms"),
+                    "speed-up": f"{rate.median / no_cache.median:.1f}x",
+                    "tokens_per_s": rate.as_dict(),
+                    "first_token_ms": first.as_dict(),
+                }
+            )
     return result
