@@ -42,6 +42,32 @@ class RunConfig:
         return RunDir.of(self.root, self.run)
 
 
+@dataclass
+class SamplingConfig:
+    """How the next token is chosen. Validated on construction (and on `dataclasses.replace`)."""
+
+    temperature: float = 0.8
+    """Softmax temperature: below 1 is more conservative, above 1 more adventurous; 0 is greedy
+    (always the most likely token)."""
+    top_k: int | None = None
+    """Sample only among the k most likely tokens (k >= 1; unset: no limit)."""
+    top_p: float = 1.0
+    """Nucleus sampling: sample only among the most likely tokens whose probabilities add up to
+    at least p, in (0, 1]; 1 keeps all."""
+    max_new_tokens: int = 200
+    """Most tokens generated per reply (fewer if the model emits end-of-text)."""
+
+    def __post_init__(self) -> None:
+        if not self.temperature >= 0:  # also refuses NaN
+            raise ValueError(f"--temperature {self.temperature!r}: must be >= 0 (0 = greedy)")
+        if self.top_k is not None and self.top_k < 1:
+            raise ValueError(f"--top_k {self.top_k!r}: must be >= 1 (leave it unset for no limit)")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"--top_p {self.top_p!r}: must be in (0, 1]")
+        if self.max_new_tokens < 1:
+            raise ValueError(f"--max_new_tokens {self.max_new_tokens!r}: must be >= 1")
+
+
 def field_docs(cls: type) -> dict[str, str]:
     """The docstring written under each dataclass field, for every class in the MRO."""
     docs: dict[str, str] = {}

@@ -14,16 +14,19 @@ import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
-
-import numpy as np
+from typing import TYPE_CHECKING, Any, Literal
 
 from gpt.atomic import staged_dir, write_bytes, write_json
 from gpt.config import RunConfig
 from gpt.errors import InputError
 from gpt.rundir import RunDir
 from gpt.sources import DEFAULT_SOURCE, Document, Download, canonical, kind_of, read_source
-from gpt.tokenizer import GPT2Tokenizer, Tokenizer, build_tokenizer
+
+# numpy and tiktoken (the tokenizers) are imported where they are used: the pipeline's component
+# image, which has neither, imports CorpusConfig to check a step's flags before it creates a
+# TrainJob.
+if TYPE_CHECKING:
+    from gpt.tokenizer import Tokenizer
 
 # The meta.json keys that identify the inputs: equal keys mean a rerun has nothing to do.
 INPUT_KEYS = ("source", "tokenizer", "compact", "val_fraction", "block_size", "corpus_sha256")
@@ -101,6 +104,8 @@ def main(cfg: CorpusConfig) -> None:
         return
 
     train_text, val_text = split(text, cfg.val_fraction)
+    from gpt.tokenizer import build_tokenizer
+
     tok = build_tokenizer(cfg.tokenizer, [train_text, val_text], cfg.compact)
     train_ids, val_ids = tok.encode(train_text), tok.encode(val_text)
     need = cfg.block_size + 1  # a block of inputs plus the next token as its last target
@@ -182,6 +187,8 @@ def write(
     val_ids: list[int],
     meta: dict[str, Any],
 ) -> None:
+    import numpy as np
+
     # Both directories are complete before either is renamed into place (data/ first, then
     # corpus/); an error anywhere removes both staging directories.
     with staged_dir(rd.corpus_dir) as corpus, staged_dir(rd.data_dir) as data:
@@ -201,6 +208,8 @@ def removal(doc: Document) -> str:
 
 
 def describe(tok: Tokenizer) -> str:
+    from gpt.tokenizer import GPT2Tokenizer
+
     if isinstance(tok, GPT2Tokenizer) and tok.kept is not None:
         return f"gpt2 compacted to {tok.vocab_size:,} of {tok.enc.n_vocab:,} tokens"
     return f"{tok.name}, vocabulary {tok.vocab_size:,}"

@@ -8,17 +8,16 @@ exits. Every prompt and reply is appended to `prompt/transcript.jsonl`.
 from __future__ import annotations
 
 import dataclasses
+import re
 import sys
 from dataclasses import dataclass, field
 
-import torch
-
-from gpt.config import RunConfig
+from gpt.config import RunConfig, SamplingConfig
 from gpt.errors import InputError
-from gpt.export import load_export
-from gpt.repl import GOODBYE, PROMPT, Chat, interact
-from gpt.sampling import SamplingConfig
-from gpt.tokenizer import tokenizer_from_json
+
+# The module's top level imports no PyTorch: the pipeline's component image (which has none)
+# imports PromptConfig to check a step's flags before it creates a TrainJob.
+_DEVICE = re.compile(r"^(auto|cpu|mps|cuda(:\d+)?)$")
 
 
 @dataclass
@@ -40,11 +39,10 @@ class PromptConfig(SamplingConfig, RunConfig):
         SamplingConfig.__post_init__(self)
         if self.idle_timeout is not None and not self.idle_timeout > 0:
             raise ValueError(f"--idle_timeout {self.idle_timeout!r}: must be > 0 seconds")
-        if self.device != "auto":
-            try:
-                torch.device(self.device)
-            except RuntimeError:
-                raise ValueError(f"--device {self.device!r}: not a torch device") from None
+        if not _DEVICE.match(self.device):
+            raise ValueError(
+                f"--device {self.device!r}: must be auto, cpu, mps, cuda or cuda:N"
+            )
 
     @property
     def sampling(self) -> SamplingConfig:
@@ -53,6 +51,8 @@ class PromptConfig(SamplingConfig, RunConfig):
 
 
 def resolve_device(device: str) -> str:
+    import torch
+
     if device == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
     if torch.device(device).type == "cuda" and not torch.cuda.is_available():
@@ -61,6 +61,10 @@ def resolve_device(device: str) -> str:
 
 
 def main(cfg: PromptConfig) -> None:
+    from gpt.export import load_export
+    from gpt.repl import GOODBYE, PROMPT, Chat, interact
+    from gpt.tokenizer import tokenizer_from_json
+
     rundir = cfg.rundir
     device = resolve_device(cfg.device)
     model, tokenizer_json = load_export(rundir.model_dir, device=device)

@@ -19,8 +19,9 @@ from pathlib import Path
 from typing import TextIO
 
 from gpt import atomic
+from gpt.config import SamplingConfig
 from gpt.model import GPT
-from gpt.sampling import SamplingConfig, generate, new_generator
+from gpt.sampling import generate, new_generator
 from gpt.tokenizer import Tokenizer
 
 PROMPT = "GPT prompt > "

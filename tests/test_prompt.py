@@ -18,11 +18,11 @@ import pexpect
 import pytest
 import torch
 
+from gpt.config import SamplingConfig
 from gpt.export import WEIGHTS, save_export
 from gpt.model import GPT, GPTConfig
 from gpt.repl import GOODBYE, PROMPT, REPLY, Chat
 from gpt.rundir import RunDir
-from gpt.sampling import SamplingConfig
 from gpt.tokenizer import CharTokenizer, GPT2Tokenizer, Tokenizer
 
 TEXT = "ANTIPHOLUS: To be, or not to be, that is the question!\n"
