@@ -58,8 +58,9 @@ REFERENCE = {
     "time_budget": 0, "dropout": 0.0, "weight_decay": 0.1, "beta2": 0.99, "bias": False,
 }
 CHECKPOINTS = 20  # evaluation points per run
-# Validation tokens per evaluation, at most: as many as the reference's 200 batches of 12 x 64.
-EVAL_TOKENS = 200 * 12 * 64
+# Validation text per evaluation, at most: what the reference's 200 batches of 12 x 64
+# characters cover, so every tokenizer is scored on about the same text.
+EVAL_BYTES = 200 * 12 * 64
 # Threads per training process: OMP_NUM_THREADS if set, else one per core.
 THREADS = int(os.environ.get("OMP_NUM_THREADS") or os.cpu_count() or 1)
 COLUMNS = ["corpus", "tokenizer", "recipe", "steps", "train s", "best bpb", "target bpb",
@@ -101,7 +102,8 @@ def evaluate(ckpt: Path, data: Path, meta: DataMeta) -> float:
     model.eval()
     tokens = np.memmap(data / "val.bin", dtype=meta.dtype, mode="r")
     block = model.config.block_size
-    offsets = eval_offsets(len(tokens), block, max(1, EVAL_TOKENS // block))
+    bytes_per_window = block * meta.val_bytes / meta.val_tokens
+    offsets = eval_offsets(len(tokens), block, max(1, round(EVAL_BYTES / bytes_per_window)))
     total = 0.0
     for x, y in eval_batches(tokens, offsets, block, 64, torch.device("cpu")):
         total += model(x, y)[1].item() * len(x)
@@ -119,7 +121,7 @@ def run_case(case: Case, root: Path, name: str) -> dict[str, Any]:
     for part in ("corpus", "data"):
         (root / name / part).symlink_to(root / data_run / part)
     flags = case.flags()
-    max_iters = flags.get("max_iters", TrainConfig.max_iters)
+    max_iters = int(flags.get("max_iters", TrainConfig.max_iters))
     # When to checkpoint and evaluate: nothing that changes the training.
     bench_flags = {"ckpt_interval": max(1, max_iters // CHECKPOINTS), "eval_interval": max_iters,
                    "keep_last": 10**6, "resume": "never"}
@@ -160,7 +162,7 @@ def run(quick: bool) -> Result:
     todo = cases(quick)
     result = Result(
         "time_to_quality",
-        {"threads": THREADS, "checkpoints_per_run": CHECKPOINTS, "eval_tokens": EVAL_TOKENS,
+        {"threads": THREADS, "checkpoints_per_run": CHECKPOINTS, "eval_bytes": EVAL_BYTES,
          "time": "training only (the trainer's clock, checkpoint writes included); evaluation "
                  "afterwards from the checkpoints, not counted",
          "reference": REFERENCE, "quick": quick},

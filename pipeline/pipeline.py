@@ -31,10 +31,10 @@ def gpt_trainjobs_pipeline(
     n_head: int = 4,
     n_embd: int = 128,
     block_size: int = 64,
-    dropout: float = 0.0,
+    dropout: float = 0.2,
     # training: length, scale-out
     batch_size: int = 12,
-    max_iters: int = 2000,
+    max_iters: int = 600,
     time_budget: float = 120.0,
     learning_rate: float = 1e-3,
     warmup_iters: int = 100,
