@@ -91,7 +91,6 @@ def validate(
     num_nodes: int,
     num_proc_per_node: int,
     timeout: float,
-    say: Callable[[str], None] = print,
 ) -> list[str]:
     """Check everything before anything is created; return the stage's arguments.
 
@@ -121,22 +120,18 @@ def validate(
     if not timeout > 0:
         raise ValueError(f"timeout {timeout}: must be a positive number of seconds")
     args = cli_args(values)
-    _parse_with_stage_config(stage, args, say)
+    _parse_with_stage_config(stage, args)
     return args
 
 
-def _parse_with_stage_config(stage: Stage, args: list[str], say: Callable[[str], None]) -> None:
+def _parse_with_stage_config(stage: Stage, args: list[str]) -> None:
+    # The stage modules import PyTorch, numpy and tiktoken only inside main(), so their configs
+    # load here too, in the component image that has none of them.
     from gpt.__main__ import STAGES as CLI_STAGES
     from gpt.config import parse_config
 
     module_name, class_name, _ = CLI_STAGES[stage.cli]
-    try:
-        config_class = getattr(importlib.import_module(module_name), class_name)
-    except ImportError as e:
-        # The component image carries no PyTorch; the stage then validates its own flags first
-        # thing in its container, before it writes anything (DESIGN.md, stage contract).
-        say(f"note: {module_name} not importable here ({e}); the stage validates its flags itself")
-        return
+    config_class = getattr(importlib.import_module(module_name), class_name)
     err = io.StringIO()
     try:
         with contextlib.redirect_stderr(err):
@@ -178,7 +173,6 @@ def run_stage(
         num_nodes=num_nodes,
         num_proc_per_node=num_proc_per_node,
         timeout=timeout,
-        say=say,
     )
     rundir = RunDir.of(values["root"], values["run"])
     rels = [str(getattr(rundir, f).relative_to(rundir.path)) for f in stage.outputs]

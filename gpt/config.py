@@ -43,6 +43,44 @@ class RunConfig:
 
 
 @dataclass
+class ModelConfig:
+    """The model's shape, as a person chooses it: `train`'s model flags. `gpt.model.GPTConfig`
+    adds the vocabulary size, which comes from the data. The defaults are the training recipe's
+    (bench/recipe_trials.md): nanoGPT's CPU "baby GPT" shape with dropout for a small corpus."""
+
+    n_layer: int = 4
+    """Number of transformer blocks."""
+    n_head: int = 4
+    """Attention heads per block; must divide n_embd."""
+    n_embd: int = 128
+    """Width of the residual stream (embedding dimension)."""
+    block_size: int = 64
+    """Context window in tokens: the most the model attends over, and each training window's
+    length."""
+    dropout: float = 0.2
+    """Dropout probability while training, in [0, 1). 0.2 holds off overfitting on a small corpus
+    (the default one is 26k tokens); 0 for a corpus far larger than the tokens trained on."""
+    bias: bool = False
+    """Bias terms in linear layers and LayerNorms (GPT-2 has them; without is a little faster)."""
+
+    def __post_init__(self) -> None:
+        for name in ("block_size", "n_layer", "n_head", "n_embd"):
+            check_positive_int(name, getattr(self, name))
+        if self.n_embd % self.n_head:
+            raise ValueError(
+                f"--n_embd {self.n_embd}: must be divisible by --n_head {self.n_head}"
+            )
+        if not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"--dropout {self.dropout!r}: must be in [0, 1)")
+
+
+def check_positive_int(name: str, value: Any) -> None:
+    """Refuse anything but an int >= 1 (a bool is no int here), naming the flag."""
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ValueError(f"--{name} {value!r}: must be a positive integer")
+
+
+@dataclass
 class SamplingConfig:
     """How the next token is chosen. Validated on construction (and on `dataclasses.replace`)."""
 

@@ -16,35 +16,20 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from gpt.config import ModelConfig, check_positive_int
+
 
 @dataclass
-class GPTConfig:
+class GPTConfig(ModelConfig):
+    """The shape (n_layer, n_head, n_embd, block_size, dropout, bias: see gpt/config.py, where
+    the training flags come from) plus the vocabulary size, which the tokenizer decides."""
+
     vocab_size: int = 50304
     """Number of token ids the model embeds: the tokenizer's vocabulary size."""
-    block_size: int = 256
-    """Context window: the most tokens the model attends over at once."""
-    n_layer: int = 6
-    """Number of transformer blocks."""
-    n_head: int = 6
-    """Attention heads per block; must divide n_embd."""
-    n_embd: int = 384
-    """Width of the residual stream (embedding dimension)."""
-    dropout: float = 0.0
-    """Dropout probability on embeddings, attention and residual branches while training."""
-    bias: bool = False
-    """Bias terms in linear layers and LayerNorms (GPT-2 has them; without is a little faster)."""
 
     def __post_init__(self) -> None:
-        for name in ("vocab_size", "block_size", "n_layer", "n_head", "n_embd"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"--{name} {value!r}: must be a positive integer")
-        if self.n_embd % self.n_head:
-            raise ValueError(
-                f"--n_embd {self.n_embd}: must be divisible by --n_head {self.n_head}"
-            )
-        if not 0.0 <= self.dropout < 1.0:
-            raise ValueError(f"--dropout {self.dropout!r}: must be in [0, 1)")
+        super().__post_init__()
+        check_positive_int("vocab_size", self.vocab_size)
 
 
 class KVCache:

@@ -9,31 +9,22 @@ entry point.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
-from gpt import distributed
-from gpt.config import RunConfig
-from gpt.model import GPTConfig
-from gpt.trainer import Trainer
+from gpt.config import ModelConfig, RunConfig, check_positive_int
+
+# PyTorch is imported when training starts, not here: the pipeline's component image (which has
+# none) imports TrainConfig to check a step's flags before it creates a TrainJob.
+if TYPE_CHECKING:
+    from gpt.model import GPTConfig
 
 
 @dataclass
-class TrainConfig(RunConfig):
-    # model (vocab_size comes from the data)
-    n_layer: int = 4
-    """Number of transformer blocks."""
-    n_head: int = 4
-    """Attention heads per block; must divide n_embd."""
-    n_embd: int = 128
-    """Width of the residual stream (embedding dimension)."""
-    block_size: int = 64
-    """Context window in tokens; each training window is this long."""
-    dropout: float = 0.2
-    """Dropout probability while training, in [0, 1). 0.2 holds off overfitting on a small corpus
-    (the default one is 26k tokens); 0 for a corpus far larger than the tokens trained on."""
-    bias: bool = False
-    """Bias terms in linear layers and LayerNorms."""
+class TrainConfig(ModelConfig, RunConfig):
+    """train-gpt's flags: the run directory, the model (gpt/config.py's ModelConfig), and these."""
+
     # batch
     batch_size: int = 12
     """Sequences per optimizer step, over all ranks and micro-steps together: the effective batch,
@@ -83,14 +74,12 @@ class TrainConfig(RunConfig):
     than it saves."""
 
     def __post_init__(self) -> None:
-        super().__post_init__()
-        self.model_config(vocab_size=1)  # validates the model flags before any data is read
+        RunConfig.__post_init__(self)
+        ModelConfig.__post_init__(self)
         positive = ("batch_size", "grad_accum", "max_iters", "eval_interval", "eval_iters",
                     "log_interval", "ckpt_interval", "keep_last")
         for name in positive:
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"--{name} {value!r}: must be a positive integer")
+            check_positive_int(name, getattr(self, name))
         if self.batch_size % self.grad_accum:
             raise ValueError(f"--batch_size {self.batch_size}: must be divisible by "
                              f"--grad_accum {self.grad_accum}")
@@ -111,13 +100,16 @@ class TrainConfig(RunConfig):
                 raise ValueError(f"--{name} {getattr(self, name)}: must be >= 0")
 
     def model_config(self, vocab_size: int) -> GPTConfig:
-        return GPTConfig(
-            vocab_size=vocab_size, block_size=self.block_size, n_layer=self.n_layer,
-            n_head=self.n_head, n_embd=self.n_embd, dropout=self.dropout, bias=self.bias,
-        )
+        from gpt.model import GPTConfig
+
+        shape = {f.name: getattr(self, f.name) for f in dataclasses.fields(ModelConfig)}
+        return GPTConfig(vocab_size=vocab_size, **shape)
 
 
 def main(cfg: TrainConfig) -> None:
+    from gpt import distributed
+    from gpt.trainer import Trainer
+
     world = distributed.setup(cfg.device)
     try:
         Trainer(cfg, world).fit()

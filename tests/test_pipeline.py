@@ -8,8 +8,10 @@ import dataclasses
 import inspect
 import json
 import os
+import re
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -173,26 +175,47 @@ def test_the_compiled_pipeline_runs_end_to_end_with_kfp_local(tmp_path):
     assert "> To be" in transcript and "> or not" in transcript
 
 
-def test_without_the_workload_packages_the_stage_validates_its_own_flags(monkeypatch, capsys):
-    # The component image has no PyTorch/numpy, so gpt.train does not import there: the step says
-    # so and leaves the flags to the stage, which refuses bad ones before writing anything.
-    import importlib
+def test_in_the_component_image_every_stage_checks_its_flags_before_a_trainjob(tmp_path):
+    # The component image has none of the workload's packages (PyTorch, numpy, tiktoken, ...):
+    # the stages' configs must still load there, so a bad flag stops the step before it creates
+    # anything. Block those packages as the image lacks them, then validate each stage.
+    import tomllib
 
-    from components import stages
+    deps = tomllib.loads((PROJECT / "pyproject.toml").read_text())["project"]["dependencies"]
+    blocked = [re.split(r"[\[<>=!~; ]", d)[0] for d in deps]
+    probe = textwrap.dedent(f"""
+        import sys
+        for name in {blocked!r}:
+            sys.modules[name] = None  # `import name` now raises ImportError
+        from components import stages
 
-    real_import = importlib.import_module
+        def check(cli, flags):
+            try:
+                return stages.validate(stages.STAGES[cli], {{"root": "/gpt", "run": "r", **flags}},
+                                       backend="trainjob", image="img", namespace="training",
+                                       num_nodes=1, num_proc_per_node=1, timeout=60)
+            except ValueError as e:
+                return "refused: " + str(e)
 
-    def without_torch(name, *args):
-        if name == "gpt.train":
-            raise ModuleNotFoundError("No module named 'torch'")
-        return real_import(name, *args)
-
-    monkeypatch.setattr(importlib, "import_module", without_torch)
-    args = stages.validate(stages.STAGES["train"], {"root": "/gpt", "run": "r", "n_head": 3},
-                           backend="trainjob", image="img", namespace="training", num_nodes=2,
-                           num_proc_per_node=4, timeout=60)  # fmt: skip
-    assert args == ["--root", "/gpt", "--run", "r", "--n_head", "3"]
-    assert "gpt.train not importable here" in capsys.readouterr().out
+        print(check("corpus", {{"tokenizer": "char"}}))
+        print(check("corpus", {{"val_fraction": 1.5}}))
+        print(check("train", {{"n_layer": 2}}))
+        print(check("train", {{"n_head": 3}}))
+        print(check("prompt", {{"top_p": 0.9}}))
+        print(check("prompt", {{"temperature": -1}}))
+        print(sorted(m for m in {blocked!r} if sys.modules.get(m) is not None))
+    """)
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                            cwd=PROJECT)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0] == str(["--root", "/gpt", "--run", "r", "--tokenizer", "char"])
+    assert lines[1].startswith("refused: --val_fraction 1.5")
+    assert lines[2] == str(["--root", "/gpt", "--run", "r", "--n_layer", "2"])
+    assert lines[3] == "refused: --n_embd 128: must be divisible by --n_head 3"
+    assert lines[4] == str(["--root", "/gpt", "--run", "r", "--top_p", "0.9"])
+    assert lines[5].startswith("refused: --temperature -1")
+    assert lines[6] == "[]", "a workload package was imported after all"
 
 
 def test_upload_creates_the_pipeline_then_adds_versions(monkeypatch, tmp_path):
