@@ -11,7 +11,7 @@ import importlib
 import time
 from pathlib import Path
 
-from bench.harness import RESULTS, machine
+from bench.harness import RESULTS, summary
 
 BENCHMARKS = {
     "corpus": "bench.corpus_speed",
@@ -34,27 +34,16 @@ def main(argv: list[str] | None = None) -> None:
     unknown = sorted(set(names) - set(BENCHMARKS))
     if unknown:
         parser.error(f"unknown benchmark(s) {', '.join(unknown)}; choose from {known}")
-    info = machine()
-    lines = [
-        "# Benchmark results",
-        "",
-        f"Machine: {info['cpu']}, {info['cores']} cores, torch {info['torch']} "
-        f"({info['torch_threads']} threads), GPU: {info['gpu'] or 'none'}, "
-        f"load average {info['load_avg'][0]:g}. "
-        f"{'Quick run' if args.quick else 'Full run'}, {time.strftime('%Y-%m-%d')}.",
-        "",
-    ]
     for name in names:
         print(f"bench: {name} ...", flush=True)
         t0 = time.perf_counter()
         result = importlib.import_module(BENCHMARKS[name]).run(args.quick)
+        result.settings["quick"] = args.quick
         path = result.write(args.results)
         table = result.markdown()
         print(table)
         print(f"bench: {name} done in {time.perf_counter() - t0:.0f} s, wrote {path}", flush=True)
-        lines.append(table)
-    args.results.mkdir(parents=True, exist_ok=True)
-    (args.results / "summary.md").write_text("\n".join(lines) + "\n")
+    (args.results / "summary.md").write_text(summary(args.results))
     print(f"bench: summary in {args.results / 'summary.md'}")
 
 

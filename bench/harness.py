@@ -130,6 +130,7 @@ class Result:
             "when": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             "machine": machine(),
             "settings": self.settings,
+            "columns": self.columns,
             "rows": self.rows,
         }
         tmp = path.with_suffix(".json.tmp")
@@ -137,13 +138,32 @@ class Result:
         os.replace(tmp, path)
         return path
 
-    def markdown(self) -> str:
+    def markdown(self, measured: str = "") -> str:
         def line(cells: list[str]) -> str:
             return "| " + " | ".join(cells) + " |"
 
         body = [line([_fmt(row.get(c, "")) for c in self.columns]) for row in self.rows]
         rule = "|" + "---|" * len(self.columns)
-        return "\n".join([f"### {self.name}", "", line(self.columns), rule, *body, ""])
+        head = [f"### {self.name}", "", *([measured, ""] if measured else [])]
+        return "\n".join([*head, line(self.columns), rule, *body, ""])
+
+
+def summary(folder: Path = RESULTS) -> str:
+    """Every result in `folder` as Markdown, each table with when and where it was measured, so
+    running one benchmark refreshes its table and keeps the others'."""
+    parts = ["# Benchmark results", ""]
+    for path in sorted(folder.glob("*.json")):
+        doc = json.loads(path.read_text())
+        m = doc["machine"]
+        load = m.get("load_avg")
+        measured = (
+            f"{'Quick' if doc['settings'].get('quick') else 'Full'} run, {doc['when'][:16]}: "
+            f"{m['cpu']}, {m['cores']} cores, torch {m['torch']} ({m['torch_threads']} threads), "
+            f"GPU {m['gpu'] or 'none'}" + (f", load average {load[0]:g}" if load else "") + "."
+        )
+        result = Result(doc["name"], doc["settings"], doc["columns"], doc["rows"])
+        parts.append(result.markdown(measured))
+    return "\n".join(parts)
 
 
 def _fmt(value: Any) -> str:

@@ -30,8 +30,20 @@ def test_a_quick_run_records_machine_settings_median_and_spread(tmp_path, monkey
         assert min(rate["values"]) <= rate["median"] <= max(rate["values"])
         assert rate["spread"] >= 0
     summary = (tmp_path / "summary.md").read_text()
-    assert "Machine:" in summary and "### generation" in summary
+    assert "### generation" in summary and "Quick run, " in summary and " cores, torch " in summary
     assert "| cache | threads | tokens/s |" in capsys.readouterr().out
+
+
+def test_the_summary_keeps_the_tables_of_benchmarks_not_rerun(tmp_path, monkeypatch):
+    monkeypatch.setattr(generation_speed, "NEW_TOKENS", 4)
+    main(["--quick", "--results", str(tmp_path), "generation"])
+    other = json.loads((tmp_path / "generation.json").read_text())
+    other.update(name="earlier", columns=["case"], rows=[{"case": "kept from an earlier run"}])
+    (tmp_path / "earlier.json").write_text(json.dumps(other))
+    main(["--quick", "--results", str(tmp_path), "generation"])
+    summary = (tmp_path / "summary.md").read_text()
+    assert "### earlier" in summary and "kept from an earlier run" in summary
+    assert summary.count("### generation") == 1
 
 
 def test_unknown_names_are_refused_with_the_known_ones(capsys):
