@@ -34,7 +34,7 @@ def train_gpt(
     namespace: str = "training",
     timeout: float = 86400,
 ) -> str:
-    """Run `torchrun -m gpt train` (in a TrainJob on runtime gpt-train, or locally).
+    """Run `torchrun -m gpt -- train` (in a TrainJob on runtime gpt-train, or locally).
 
     Args:
         run: Run directory name under root (load-corpus returns it).

@@ -1,4 +1,4 @@
-"""train-gpt: `python -m gpt train` (one process) or `torchrun ... -m gpt train` (DDP).
+"""train-gpt: `python -m gpt train` (one process) or `torchrun ... -m gpt -- train` (DDP).
 
 Reads `data/` of the run, trains a GPT, and writes `ckpt/`, `metrics/` and the exported `model/`.
 The defaults are nanoGPT's CPU "baby GPT" shape with the recipe of bench/recipe_trials.md
