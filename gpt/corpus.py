@@ -91,23 +91,23 @@ def main(cfg: CorpusConfig) -> None:
     for doc in docs:
         print(f"corpus: read {doc.origin} ({kind}): {doc.raw_bytes:,} bytes; {removal(doc)}")
     text = "\n\n".join(doc.text for doc in docs)
+    text_bytes = text.encode("utf-8")
     inputs = {
         "source": canonical(cfg.source),
         "tokenizer": cfg.tokenizer,
         "compact": cfg.compact and cfg.tokenizer == "gpt2",
         "val_fraction": cfg.val_fraction,
         "block_size": cfg.block_size,
-        "corpus_sha256": hashlib.sha256(text.encode("utf-8")).hexdigest(),
+        "corpus_sha256": hashlib.sha256(text_bytes).hexdigest(),
     }
     if up_to_date(rd, inputs, cfg.overwrite):
         print(f"corpus: {rd.path} already up to date (same inputs and text); nothing written")
         return
 
     train_text, val_text = split(text, cfg.val_fraction)
-    from gpt.tokenizer import build_tokenizer
+    from gpt.tokenizer import tokenize_corpus
 
-    tok = build_tokenizer(cfg.tokenizer, [train_text, val_text], cfg.compact)
-    train_ids, val_ids = tok.encode(train_text), tok.encode(val_text)
+    tok, (train_ids, val_ids) = tokenize_corpus(cfg.tokenizer, [train_text, val_text], cfg.compact)
     need = cfg.block_size + 1  # a block of inputs plus the next token as its last target
     if len(train_ids) < need or len(val_ids) < need:
         raise InputError(
@@ -131,10 +131,10 @@ def main(cfg: CorpusConfig) -> None:
         "source": inputs["source"],
         "kind": kind,
         "documents": [doc.record() for doc in docs],
-        "kept_bytes": len(text.encode("utf-8")),
+        "kept_bytes": len(text_bytes),
         "sha256": inputs["corpus_sha256"],
     }
-    write(rd, text, source, tok, train_ids, val_ids, meta)
+    write(rd, text_bytes, source, tok, train_ids, val_ids, meta)
     print(
         f"corpus: train {meta['train_tokens']:,} tokens ({meta['train_bytes']:,} bytes), "
         f"val {meta['val_tokens']:,} tokens ({meta['val_bytes']:,} bytes), {meta['dtype']}"
@@ -180,7 +180,7 @@ def outputs(rd: RunDir) -> list[Path]:
 
 def write(
     rd: RunDir,
-    text: str,
+    text: bytes,
     source: dict[str, Any],
     tok: Tokenizer,
     train_ids: list[int],
@@ -192,7 +192,7 @@ def write(
     # Both directories are complete before either is renamed into place (data/ first, then
     # corpus/); an error anywhere removes both staging directories.
     with staged_dir(rd.corpus_dir) as corpus, staged_dir(rd.data_dir) as data:
-        write_bytes(corpus / rd.text_txt.name, text.encode("utf-8"))
+        write_bytes(corpus / rd.text_txt.name, text)
         write_json(corpus / rd.source_json.name, source)
         np.asarray(train_ids, dtype=meta["dtype"]).tofile(data / rd.train_bin.name)
         np.asarray(val_ids, dtype=meta["dtype"]).tofile(data / rd.val_bin.name)

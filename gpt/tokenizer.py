@@ -130,9 +130,15 @@ class GPT2Tokenizer(Tokenizer):
     def fit(cls, texts: Iterable[str]) -> GPT2Tokenizer:
         """The compacted tokenizer for a corpus: its BPE tokens + all 256 bytes + end-of-text."""
         enc = gpt2_encoding()
+        return cls.fit_ids(enc.encode_ordinary(text) for text in texts)
+
+    @classmethod
+    def fit_ids(cls, gpt2_ids: Iterable[Sequence[int]]) -> GPT2Tokenizer:
+        """`fit` for texts already encoded with the full GPT-2 vocabulary."""
+        enc = gpt2_encoding()
         seen = {GPT2_EOT, *(enc.encode_single_token(bytes([b])) for b in range(256))}
-        for text in texts:
-            seen.update(enc.encode_ordinary(text))
+        for ids in gpt2_ids:
+            seen.update(ids)
         return cls(sorted(seen))
 
     def _compact(self, gpt2_ids: Sequence[int]) -> list[int]:
@@ -221,12 +227,21 @@ class CharTokenizer(Tokenizer):
         return {"name": self.name, "vocab_size": self.vocab_size, "chars": self.chars}
 
 
-def build_tokenizer(name: str, texts: Sequence[str], compact: bool) -> Tokenizer:
-    """The tokenizer `name` for a corpus given as `texts` (compaction applies to gpt2 only)."""
+def tokenize_corpus(
+    name: str, texts: Sequence[str], compact: bool
+) -> tuple[Tokenizer, list[list[int]]]:
+    """The tokenizer `name` for a corpus given as `texts` (compaction applies to gpt2 only), and
+    each text's ids. Each text is tokenized once: a compacted vocabulary is fitted on the GPT-2
+    ids themselves, which it then only renumbers (every one of them is in it)."""
     if name == "char":
-        return CharTokenizer.fit(texts)
+        tok: Tokenizer = CharTokenizer.fit(texts)
+        return tok, [tok.encode(text) for text in texts]
     if name == "gpt2":
-        return GPT2Tokenizer.fit(texts) if compact else GPT2Tokenizer()
+        gpt2_ids = [gpt2_encoding().encode_ordinary(text) for text in texts]
+        if not compact:
+            return GPT2Tokenizer(), gpt2_ids
+        gpt2 = GPT2Tokenizer.fit_ids(gpt2_ids)
+        return gpt2, [gpt2._compact(ids) for ids in gpt2_ids]
     raise ValueError(f"--tokenizer {name!r}: expected gpt2 or char")
 
 

@@ -22,9 +22,9 @@ from gpt.tokenizer import (
     CharTokenizer,
     GPT2Tokenizer,
     Tokenizer,
-    build_tokenizer,
     load_tokenizer,
     read_ranks,
+    tokenize_corpus,
     tokenizer_from_json,
 )
 
@@ -153,10 +153,17 @@ def test_json_rebuilds_the_same_tokenizer(kind: str, request, tmp_path: Path) ->
     assert again.encode_lossy(sample) == tok.encode_lossy(sample)
 
 
-def test_build_tokenizer_dispatch() -> None:
-    assert isinstance(build_tokenizer("char", ["ab"], compact=True), CharTokenizer)
-    assert build_tokenizer("gpt2", ["ab"], compact=False).vocab_size == 50257
-    assert build_tokenizer("gpt2", ["ab"], compact=True).vocab_size < 300
+def test_tokenize_corpus_dispatch() -> None:
+    assert isinstance(tokenize_corpus("char", ["ab"], compact=True)[0], CharTokenizer)
+    assert tokenize_corpus("gpt2", ["ab"], compact=False)[0].vocab_size == 50257
+    assert tokenize_corpus("gpt2", ["ab"], compact=True)[0].vocab_size < 300
+
+
+@pytest.mark.parametrize("name, compact", [("char", False), ("gpt2", False), ("gpt2", True)])
+def test_tokenize_corpus_ids_are_what_its_tokenizer_encodes(name: str, compact: bool) -> None:
+    texts = [COMEDY[:3000], COMEDY[-1500:]]
+    tok, ids = tokenize_corpus(name, texts, compact)
+    assert ids == [tok.encode(text) for text in texts]
 
 
 @pytest.mark.parametrize(
