@@ -27,7 +27,7 @@ import safetensors.torch
 import torch
 
 from gpt import atomic, faults
-from gpt.errors import InputError
+from gpt.errors import InputError, first_line
 from gpt.rundir import RunDir
 
 MODEL, OPTIMIZER, STATE, RNG = "model.safetensors", "optimizer.pt", "state.json", "rng.json"
@@ -69,11 +69,9 @@ def prune(run: RunDir, keep_last: int) -> None:
         shutil.rmtree(stale, ignore_errors=True)
 
 
-def clear(run: RunDir) -> int:
-    """Remove every checkpoint (a fresh start); return how many there were."""
-    count = len(_step_dirs(run))
+def clear(run: RunDir) -> None:
+    """Remove every checkpoint (a fresh start)."""
     shutil.rmtree(run.ckpt_dir, ignore_errors=True)
-    return count
 
 
 def find_latest(run: RunDir) -> Path | None:
@@ -119,23 +117,18 @@ def load_weights(path: Path, model: torch.nn.Module, optimizer: torch.optim.Opti
         ) from None
     except (RuntimeError, OSError, EOFError, ValueError) as e:
         raise InputError(f"{path / OPTIMIZER}: truncated or corrupt checkpoint file "
-                         f"({_first_line(e)})") from None
+                         f"({first_line(e)})") from None
     try:
         safetensors.torch.load_model(model, str(path / MODEL), strict=True, device=str(device))
     except (safetensors.SafetensorError, RuntimeError, OSError) as e:
         raise InputError(f"{path / MODEL}: truncated or corrupt checkpoint file "
-                         f"({_first_line(e)})") from None
+                         f"({first_line(e)})") from None
     try:
         optimizer.load_state_dict(opt_state)
     except (ValueError, KeyError) as e:
         raise InputError(
-            f"{path / OPTIMIZER}: does not fit this model ({_first_line(e)})"
+            f"{path / OPTIMIZER}: does not fit this model ({first_line(e)})"
         ) from None
-
-
-def _first_line(e: BaseException) -> str:
-    text = str(e).strip()
-    return text.splitlines()[0] if text else type(e).__name__
 
 
 def rng_state(device: torch.device) -> dict[str, Any]:

@@ -139,7 +139,7 @@ def _add_field(parser: argparse.ArgumentParser, f: dataclasses.Field, hint: Any,
     flag = f"--{f.name}"
     # the hyphenated spelling (`--idle-timeout`, as DESIGN.md writes it) reaches the same field
     flags = dict.fromkeys([flag, flag.replace("_", "-")])
-    default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+    default = _default(f)
     origin = typing.get_origin(hint)
     args = typing.get_args(hint)
     optional = origin in (typing.Union, types.UnionType) and type(None) in args
@@ -186,11 +186,14 @@ def parse_config(cls: type[C], argv: list[str], prog: str, description: str) -> 
 
 
 def _field_default(cls: type, name: str) -> Any:
-    f = next(f for f in dataclasses.fields(cls) if f.name == name)
-    if f.default_factory is not dataclasses.MISSING:
-        return f.default_factory()
-    return f.default
+    return _default(next(f for f in dataclasses.fields(cls) if f.name == name))
 
 
-def to_dict(cfg: Any) -> dict[str, Any]:
-    return dataclasses.asdict(cfg)
+def _default(f: dataclasses.Field) -> Any:
+    return f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+
+
+def fields_of(cfg: Any, part: type) -> dict[str, Any]:
+    """`cfg`'s values of the fields of `part`, one of its dataclass bases (e.g. the model or
+    sampling settings of a stage's config), to build a `part` or a subclass of it."""
+    return {f.name: getattr(cfg, f.name) for f in dataclasses.fields(part)}

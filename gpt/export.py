@@ -15,7 +15,7 @@ import safetensors
 import safetensors.torch
 
 from gpt import atomic
-from gpt.errors import InputError
+from gpt.errors import InputError, first_line
 from gpt.model import GPT, GPTConfig
 
 WEIGHTS, CONFIG, TOKENIZER = "model.safetensors", "config.json", "tokenizer.json"
@@ -45,10 +45,9 @@ def load_export(src: Path, device: str = "cpu") -> tuple[GPT, dict[str, Any]]:
         raise InputError(f"{src}: unreadable model config or tokenizer: {e}") from None
     model = GPT(config)
     try:
-        missing, unexpected = safetensors.torch.load_model(
-            model, str(src / WEIGHTS), strict=True, device=device
-        )
+        safetensors.torch.load_model(model, str(src / WEIGHTS), strict=True, device=device)
     except (safetensors.SafetensorError, RuntimeError, OSError) as e:
-        reason = str(e).splitlines()[0] if str(e) else type(e).__name__
-        raise InputError(f"{src / WEIGHTS}: not a valid safetensors model ({reason})") from None
+        raise InputError(
+            f"{src / WEIGHTS}: not a valid safetensors model ({first_line(e)})"
+        ) from None
     return model.to(device).eval(), tokenizer

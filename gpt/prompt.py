@@ -7,12 +7,11 @@ exits. Every prompt and reply is appended to `prompt/transcript.jsonl`.
 
 from __future__ import annotations
 
-import dataclasses
 import re
 import sys
 from dataclasses import dataclass, field
 
-from gpt.config import RunConfig, SamplingConfig
+from gpt.config import RunConfig, SamplingConfig, fields_of
 from gpt.errors import InputError
 
 # The module's top level imports no PyTorch: the pipeline's component image (which has none)
@@ -46,8 +45,7 @@ class PromptConfig(SamplingConfig, RunConfig):
 
     @property
     def sampling(self) -> SamplingConfig:
-        names = [f.name for f in dataclasses.fields(SamplingConfig)]
-        return SamplingConfig(**{name: getattr(self, name) for name in names})
+        return SamplingConfig(**fields_of(self, SamplingConfig))
 
 
 def resolve_device(device: str) -> str:

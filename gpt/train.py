@@ -9,11 +9,10 @@ entry point.
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
-from gpt.config import ModelConfig, RunConfig, check_positive_int
+from gpt.config import ModelConfig, RunConfig, check_positive_int, fields_of
 
 # PyTorch is imported when training starts, not here: the pipeline's component image (which has
 # none) imports TrainConfig to check a step's flags before it creates a TrainJob.
@@ -102,8 +101,7 @@ class TrainConfig(ModelConfig, RunConfig):
     def model_config(self, vocab_size: int) -> GPTConfig:
         from gpt.model import GPTConfig
 
-        shape = {f.name: getattr(self, f.name) for f in dataclasses.fields(ModelConfig)}
-        return GPTConfig(vocab_size=vocab_size, **shape)
+        return GPTConfig(vocab_size=vocab_size, **fields_of(self, ModelConfig))
 
 
 def main(cfg: TrainConfig) -> None:
