@@ -5,17 +5,21 @@ from __future__ import annotations
 import contextlib
 import io
 import tempfile
+from importlib import resources
 
 from bench.harness import SHARED, Result, Stats, fmt_stats, repeat, timed
 from gpt.corpus import CorpusConfig
 from gpt.corpus import main as corpus_main
+from gpt.sources import EMBEDDED_ASSET
 
 PLAYS = SHARED / "data" / "shakespeare_plays.txt"
 CASES = [("gpt2", True), ("gpt2", False), ("char", False)]
 
+
 def run(quick: bool) -> Result:
-    source = PLAYS if PLAYS.exists() else None
-    size = source.stat().st_size if source else 88_209  # the embedded default otherwise
+    source = PLAYS if PLAYS.exists() else None  # else the embedded default
+    embedded = resources.files("gpt.assets") / EMBEDDED_ASSET
+    size = source.stat().st_size if source else len(embedded.read_bytes())
     repeats = 1 if quick else 3
     result = Result(
         "corpus",

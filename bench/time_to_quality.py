@@ -38,7 +38,8 @@ import numpy as np
 import safetensors.torch
 import torch
 
-from bench.harness import Result
+from bench.harness import SHARED, Result
+from components.stages import cli_args
 from gpt.corpus import CorpusConfig
 from gpt.data import DataMeta, eval_batches, eval_offsets
 from gpt.model import GPT, GPTConfig
@@ -47,7 +48,7 @@ from gpt.train import TrainConfig
 REPO = Path(__file__).resolve().parents[1]
 SOURCES = {
     "comedy": "default",  # the embedded Comedy of Errors, what `make demo` trains on
-    "plays": str(REPO.parent / "shared" / "data" / "shakespeare_plays.txt"),
+    "plays": str(SHARED / "data" / "shakespeare_plays.txt"),
 }
 # Issue 8's goals: this bits per byte on the default corpus within the default budget; on the
 # plays, the reference's final quality, in at most half the reference's time.
@@ -89,10 +90,6 @@ def _gpt(args: list[str], log: Path) -> None:
         raise RuntimeError(f"python -m gpt {' '.join(args)} failed:\n{log.read_text()[-2000:]}")
 
 
-def _cli(flags: dict[str, Any]) -> list[str]:
-    return [arg for k, v in flags.items() for arg in (f"--{k}", str(v))]
-
-
 @torch.no_grad()
 def evaluate(ckpt: Path, data: Path, meta: DataMeta) -> float:
     """Validation bits per byte of one checkpoint, on evenly spread windows of val.bin."""
@@ -125,7 +122,7 @@ def run_case(case: Case, root: Path, name: str) -> dict[str, Any]:
     # When to checkpoint and evaluate: nothing that changes the training.
     bench_flags = {"ckpt_interval": max(1, max_iters // CHECKPOINTS), "eval_interval": max_iters,
                    "keep_last": 10**6, "resume": "never"}
-    _gpt(["train", "--root", str(root), "--run", name, *_cli({**bench_flags, **flags})], log)
+    _gpt(["train", "--root", str(root), "--run", name, *cli_args({**bench_flags, **flags})], log)
 
     data = root / name / "data"
     meta = DataMeta.read(data / "meta.json")
