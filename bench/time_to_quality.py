@@ -18,8 +18,8 @@ Reported per case: the best validation bits per byte, the training time, and the
 of the first checkpoint at or below the target (an upper bound, to one checkpoint interval).
 
 `python -m bench.time_to_quality --source plays --tokenizer gpt2 -- --n_layer 6 ...` runs one
-case with extra training flags and prints its row: how each trial in bench/recipe_trials.md
-was measured.
+case with extra flags (corpus-stage flags such as --max_vocab go to the corpus stage, the rest to
+training) and prints its row: how each trial in bench/recipe_trials.md was measured.
 """
 
 from __future__ import annotations
@@ -74,9 +74,20 @@ class Case:
     tokenizer: str  # gpt2 or char
     recipe: str  # "reference" or "default"
     train_flags: dict[str, Any] = field(default_factory=dict)  # on top of the recipe's
+    corpus_flags: dict[str, Any] = field(default_factory=dict)  # on top of the corpus defaults
 
     def flags(self) -> dict[str, Any]:
         return {**(REFERENCE if self.recipe == "reference" else {}), **self.train_flags}
+
+    @classmethod
+    def parse(cls, source: str, tokenizer: str, recipe: str, args: list[str]) -> Case:
+        """A case from `--flag value` pairs: the corpus stage's own flags go to it, the rest to
+        training (block_size, which both have, to training: the corpus stage only checks it)."""
+        pairs = dict(zip((k.lstrip("-") for k in args[::2]), args[1::2], strict=True))
+        corpus_only = CorpusConfig.__dataclass_fields__.keys() - TrainConfig.__dataclass_fields__
+        corpus = {k: v for k, v in pairs.items() if k in corpus_only}
+        train = {k: v for k, v in pairs.items() if k not in corpus_only}
+        return cls(source, tokenizer, recipe, train, corpus)
 
 
 def _gpt(args: list[str], log: Path) -> None:
@@ -110,10 +121,12 @@ def evaluate(ckpt: Path, data: Path, meta: DataMeta) -> float:
 def run_case(case: Case, root: Path, name: str) -> dict[str, Any]:
     """Train one case in `root/name` (its data shared per corpus and tokenizer); its row."""
     log = root / f"{name}.log"
-    data_run = f"data-{case.source}-{case.tokenizer}"
+    corpus_flags = {"source": SOURCES[case.source], "tokenizer": case.tokenizer,
+                    "block_size": 64, **case.corpus_flags}
+    data_run = "-".join(["data", case.source, case.tokenizer,
+                         *(f"{k}{v}" for k, v in sorted(case.corpus_flags.items()))])
     if not (root / data_run / "data").is_dir():
-        _gpt(["corpus", "--root", str(root), "--run", data_run, "--source",
-              SOURCES[case.source], "--tokenizer", case.tokenizer, "--block_size", "64"], log)
+        _gpt(["corpus", "--root", str(root), "--run", data_run, *cli_args(corpus_flags)], log)
     (root / name).mkdir()
     for part in ("corpus", "data"):
         (root / name / part).symlink_to(root / data_run / part)
@@ -138,7 +151,7 @@ def run_case(case: Case, root: Path, name: str) -> dict[str, Any]:
         "steps": curve[-1]["step"], "train s": curve[-1]["train_s"],
         "best bpb": min(p["val_bpb"] for p in curve), "target bpb": target,
         "s to target": reached if reached is not None else "not reached",
-        "train_flags": flags, "curve": curve,
+        "train_flags": flags, "corpus_flags": case.corpus_flags, "curve": curve,
     }
 
 
@@ -179,13 +192,14 @@ def main() -> None:
     parser.add_argument("--source", choices=SOURCES, default="comedy")
     parser.add_argument("--tokenizer", choices=("gpt2", "char"), default="gpt2")
     parser.add_argument("--recipe", choices=("default", "reference"), default="default")
-    parser.add_argument("train_flags", nargs=argparse.REMAINDER,
-                        help="after --: train flags, e.g. -- --n_layer 6 --learning_rate 2e-3")
+    parser.add_argument("flags", nargs=argparse.REMAINDER,
+                        help="after --: corpus or train flags, e.g. -- --max_vocab 4096 "
+                             "--n_layer 6 --learning_rate 2e-3")
     args = parser.parse_args()
-    extra = [a for a in args.train_flags if a != "--"]
-    flags = dict(zip((k.lstrip("-") for k in extra[::2]), extra[1::2], strict=True))
+    case = Case.parse(args.source, args.tokenizer, args.recipe,
+                      [a for a in args.flags if a != "--"])
     with tempfile.TemporaryDirectory(prefix="ttq-") as tmp:
-        row = run_case(Case(args.source, args.tokenizer, args.recipe, flags), Path(tmp), "trial")
+        row = run_case(case, Path(tmp), "trial")
     print(json.dumps(row))
 
 

@@ -14,6 +14,7 @@ def load_corpus(
     source: str = "default",
     tokenizer: str = "gpt2",
     compact: bool = True,
+    max_vocab: int = 8192,
     val_fraction: float = 0.1,
     block_size: int = 256,
     root: str = "/gpt",
@@ -30,6 +31,7 @@ def load_corpus(
         source: URL, file or directory of .txt files, or 'default' (the embedded corpus).
         tokenizer: gpt2 or char.
         compact: gpt2 only: keep just the tokens the corpus uses.
+        max_vocab: gpt2 compacted: at most this many tokens, the most frequent; 0: no limit.
         val_fraction: Fraction of the text, from its end, held out for validation.
         block_size: Context length training will use.
         root: Directory of run directories: /gpt (the PVC) for trainjob, any folder for local.
@@ -53,6 +55,7 @@ def load_corpus(
             source=source,
             tokenizer=tokenizer,
             compact=compact,
+            max_vocab=max_vocab,
             val_fraction=val_fraction,
             block_size=block_size,
         ),

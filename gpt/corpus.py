@@ -29,7 +29,9 @@ if TYPE_CHECKING:
     from gpt.tokenizer import Tokenizer
 
 # The meta.json keys that identify the inputs: equal keys mean a rerun has nothing to do.
-INPUT_KEYS = ("source", "tokenizer", "compact", "val_fraction", "block_size", "corpus_sha256")
+INPUT_KEYS = (
+    "source", "tokenizer", "compact", "max_vocab", "val_fraction", "block_size", "corpus_sha256"
+)
 
 
 @dataclass
@@ -42,7 +44,10 @@ class CorpusConfig(RunConfig):
     """gpt2: GPT-2 BPE (tiktoken, offline); char: one token per character of the corpus."""
     compact: bool = True
     """gpt2 only: keep just the BPE tokens the corpus uses plus the 256 single bytes, so a small
-    corpus gets a small embedding table (unseen tokens in a prompt fall back to bytes)."""
+    corpus gets a small embedding table (a prompt's unseen tokens are spelt with the kept ones)."""
+    max_vocab: int = 8192
+    """gpt2 with --compact: keep at most this many ids (the 256 bytes, end-of-text and the most
+    frequent BPE tokens); rarer tokens are spelt with the kept ones. 0: no limit."""
     val_fraction: float = 0.1
     """Fraction of the cleaned text, taken from its end, held out for validation."""
     block_size: int = 256
@@ -62,6 +67,8 @@ class CorpusConfig(RunConfig):
         super().__post_init__()
         if not 0 < self.val_fraction < 1:
             raise ValueError(f"--val_fraction {self.val_fraction}: must be in (0, 1)")
+        if self.max_vocab and self.max_vocab < 257:  # the 256 bytes and end-of-text
+            raise ValueError(f"--max_vocab {self.max_vocab}: must be 0 (no limit) or >= 257")
         if self.block_size < 1:
             raise ValueError(f"--block_size {self.block_size}: must be at least 1")
         if not self.download_timeout > 0:
@@ -96,6 +103,7 @@ def main(cfg: CorpusConfig) -> None:
         "source": canonical(cfg.source),
         "tokenizer": cfg.tokenizer,
         "compact": cfg.compact and cfg.tokenizer == "gpt2",
+        "max_vocab": cfg.max_vocab if cfg.compact and cfg.tokenizer == "gpt2" else 0,
         "val_fraction": cfg.val_fraction,
         "block_size": cfg.block_size,
         "corpus_sha256": hashlib.sha256(text_bytes).hexdigest(),
@@ -107,7 +115,9 @@ def main(cfg: CorpusConfig) -> None:
     train_text, val_text = split(text, cfg.val_fraction)
     from gpt.tokenizer import tokenize_corpus
 
-    tok, (train_ids, val_ids) = tokenize_corpus(cfg.tokenizer, [train_text, val_text], cfg.compact)
+    tok, (train_ids, val_ids) = tokenize_corpus(
+        cfg.tokenizer, [train_text, val_text], cfg.compact, cfg.max_vocab
+    )
     need = cfg.block_size + 1  # a block of inputs plus the next token as its last target
     if len(train_ids) < need or len(val_ids) < need:
         raise InputError(

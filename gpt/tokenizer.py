@@ -101,8 +101,9 @@ class Tokenizer(ABC):
 
 class GPT2Tokenizer(Tokenizer):
     """GPT-2 BPE. With `kept` (sorted GPT-2 ids), the vocabulary is compacted to those ids,
-    renumbered densely in GPT-2 order; a BPE token outside it is encoded as its single bytes,
-    which are always kept, so any text still encodes and decodes exactly."""
+    renumbered densely in GPT-2 order; a BPE token outside it is re-spelt with kept tokens only
+    (BPE merges restricted to the kept vocabulary, down to single bytes, which are always kept),
+    so any text still encodes and decodes exactly."""
 
     name = "gpt2"
 
@@ -124,22 +125,34 @@ class GPT2Tokenizer(Tokenizer):
             self._to_gpt2 = np.array(self.kept, dtype=np.int64)
             self._from_gpt2 = np.full(n, -1, dtype=np.int64)
             self._from_gpt2[self._to_gpt2] = np.arange(self.vocab_size)
+            # bytes -> GPT-2 id of every kept token: what re-spelling a dropped token merges into
+            self._kept_ids = {self.enc.decode_single_token_bytes(g): g for g in self.kept}
+            self._spellings: dict[int, list[int]] = {}
         self.eot_id = self._compact([GPT2_EOT])[0]
 
     @classmethod
-    def fit(cls, texts: Iterable[str]) -> GPT2Tokenizer:
-        """The compacted tokenizer for a corpus: its BPE tokens + all 256 bytes + end-of-text."""
+    def fit(cls, texts: Iterable[str], max_vocab: int = 0) -> GPT2Tokenizer:
+        """The compacted tokenizer for a corpus: all 256 bytes, end-of-text, and its BPE tokens,
+        only the `max_vocab` most frequent of them all if `max_vocab` is set."""
         enc = gpt2_encoding()
-        return cls.fit_ids(enc.encode_ordinary(text) for text in texts)
+        return cls.fit_ids((enc.encode_ordinary(text) for text in texts), max_vocab)
 
     @classmethod
-    def fit_ids(cls, gpt2_ids: Iterable[Sequence[int]]) -> GPT2Tokenizer:
+    def fit_ids(cls, gpt2_ids: Iterable[Sequence[int]], max_vocab: int = 0) -> GPT2Tokenizer:
         """`fit` for texts already encoded with the full GPT-2 vocabulary."""
         enc = gpt2_encoding()
-        seen = {GPT2_EOT, *(enc.encode_single_token(bytes([b])) for b in range(256))}
+        required = {GPT2_EOT, *(enc.encode_single_token(bytes([b])) for b in range(256))}
+        if max_vocab and max_vocab < len(required):
+            raise ValueError(f"max_vocab {max_vocab}: must be 0 (no limit) or >= {len(required)}")
+        counts = np.zeros(enc.n_vocab, dtype=np.int64)
         for ids in gpt2_ids:
-            seen.update(ids)
-        return cls(sorted(seen))
+            counts += np.bincount(np.asarray(ids, dtype=np.int64), minlength=enc.n_vocab)
+        counts[list(required)] = 0  # kept anyway: rank only the others
+        used = np.flatnonzero(counts)
+        if max_vocab:
+            # Most frequent first, ties to the lower (earlier-merged) id: deterministic.
+            used = used[np.lexsort((used, -counts[used]))][: max_vocab - len(required)]
+        return cls(sorted(required | set(used.tolist())))
 
     def _compact(self, gpt2_ids: Sequence[int]) -> list[int]:
         if self._from_gpt2 is None:
@@ -147,15 +160,30 @@ class GPT2Tokenizer(Tokenizer):
         ids = self._from_gpt2[np.asarray(gpt2_ids, dtype=np.int64)]
         if (ids >= 0).all():
             return ids.tolist()
-        # Fallback for BPE tokens the corpus never produced: spell them out byte by byte.
         out: list[int] = []
         for g, c in zip(gpt2_ids, ids.tolist(), strict=True):
-            if c >= 0:
-                out.append(c)
-            else:
-                raw = self.enc.decode_single_token_bytes(g)
-                out.extend(self._from_gpt2[self._byte_ids[list(raw)]].tolist())
+            out.extend([c] if c >= 0 else self._respell(g))
         return out
+
+    def _respell(self, gpt2_id: int) -> list[int]:
+        """Compact ids for a GPT-2 token outside the vocabulary (unseen in the corpus, or cut by
+        max_vocab): its bytes merged by BPE over kept tokens only. Cached per token."""
+        if gpt2_id not in self._spellings:
+            parts = [bytes([b]) for b in self.enc.decode_single_token_bytes(gpt2_id)]
+            while len(parts) > 1:
+                # As BPE does: merge the adjacent pair forming the kept token of lowest rank
+                # (= GPT-2 id); stop when no adjacent pair forms a kept token.
+                merges = [
+                    (self._kept_ids[a + b], i)
+                    for i, (a, b) in enumerate(zip(parts, parts[1:], strict=False))
+                    if a + b in self._kept_ids
+                ]
+                if not merges:
+                    break
+                _, i = min(merges)
+                parts[i : i + 2] = [parts[i] + parts[i + 1]]
+            self._spellings[gpt2_id] = self._from_gpt2[[self._kept_ids[p] for p in parts]].tolist()
+        return self._spellings[gpt2_id]
 
     def encode(self, text: str) -> list[int]:
         # encode_ordinary: "<|endoftext|>" typed in a text is just text, so round-trips hold.
@@ -228,11 +256,11 @@ class CharTokenizer(Tokenizer):
 
 
 def tokenize_corpus(
-    name: str, texts: Sequence[str], compact: bool
+    name: str, texts: Sequence[str], compact: bool, max_vocab: int = 0
 ) -> tuple[Tokenizer, list[list[int]]]:
-    """The tokenizer `name` for a corpus given as `texts` (compaction applies to gpt2 only), and
-    each text's ids. Each text is tokenized once: a compacted vocabulary is fitted on the GPT-2
-    ids themselves, which it then only renumbers (every one of them is in it)."""
+    """The tokenizer `name` for a corpus given as `texts` (compaction and `max_vocab` apply to
+    gpt2 only), and each text's ids. Each text is tokenized once: a compacted vocabulary is
+    fitted on the GPT-2 ids themselves, which it then renumbers (re-spelling those it cut)."""
     if name == "char":
         tok: Tokenizer = CharTokenizer.fit(texts)
         return tok, [tok.encode(text) for text in texts]
@@ -240,7 +268,7 @@ def tokenize_corpus(
         gpt2_ids = [gpt2_encoding().encode_ordinary(text) for text in texts]
         if not compact:
             return GPT2Tokenizer(), gpt2_ids
-        gpt2 = GPT2Tokenizer.fit_ids(gpt2_ids)
+        gpt2 = GPT2Tokenizer.fit_ids(gpt2_ids, max_vocab)
         return gpt2, [gpt2._compact(ids) for ids in gpt2_ids]
     raise ValueError(f"--tokenizer {name!r}: expected gpt2 or char")
 

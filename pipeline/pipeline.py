@@ -25,6 +25,7 @@ def gpt_trainjobs_pipeline(
     source: str = "default",
     tokenizer: str = "gpt2",
     compact: bool = True,
+    max_vocab: int = 8192,
     val_fraction: float = 0.1,
     # the model
     n_layer: int = 4,
@@ -69,6 +70,7 @@ def gpt_trainjobs_pipeline(
         source: Text to train on: URL, file or directory of .txt, or 'default' (embedded).
         tokenizer: gpt2 or char.
         compact: gpt2 only: keep just the tokens the corpus uses.
+        max_vocab: gpt2 compacted: at most this many tokens, the most frequent; 0: no limit.
         val_fraction: Fraction of the text held out for validation.
         n_layer: Transformer blocks.
         n_head: Attention heads per block.
@@ -108,6 +110,7 @@ def gpt_trainjobs_pipeline(
         source=source,
         tokenizer=tokenizer,
         compact=compact,
+        max_vocab=max_vocab,
         val_fraction=val_fraction,
         block_size=block_size,
         **common,

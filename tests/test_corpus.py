@@ -71,6 +71,19 @@ def test_compaction_shrinks_the_vocabulary(root: Path) -> None:
     assert sizes[True][1:] == sizes[False][1:]  # compaction renumbers, it never re-tokenizes
 
 
+def test_max_vocab_caps_the_vocabulary_and_is_an_input(root: Path) -> None:
+    cfg = CorpusConfig(root=str(root), run="r", max_vocab=1024)
+    main(cfg)
+    meta = json.loads(cfg.rundir.meta_json.read_text())
+    assert meta["vocab_size"] == load_tokenizer(cfg.rundir.tokenizer_json).vocab_size == 1024
+    with pytest.raises(InputError, match="max_vocab 1024 there, 2048 now"):
+        main(CorpusConfig(root=str(root), run="r", max_vocab=2048))
+    # Ignored (and recorded as 0) where it does not apply.
+    cfg = CorpusConfig(root=str(root), run="c", tokenizer="char", max_vocab=1024)
+    main(cfg)
+    assert json.loads(cfg.rundir.meta_json.read_text())["max_vocab"] == 0
+
+
 @pytest.mark.parametrize("fraction", [0.05, 0.1, 0.5])
 def test_split_is_by_position(fraction: float) -> None:
     text = "abcdefghij" * 37
@@ -146,6 +159,7 @@ def test_invalid_flags_name_the_flag() -> None:
         ({"val_fraction": 1.0}, "--val_fraction"),
         ({"val_fraction": 0.0}, "--val_fraction"),
         ({"block_size": 0}, "--block_size"),
+        ({"max_vocab": 256}, "--max_vocab"),
         ({"download_timeout": 0.0}, "--download_timeout"),
         ({"download_retries": -1}, "--download_retries"),
         ({"max_bytes": 0}, "--max_bytes"),

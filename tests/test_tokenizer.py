@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import textwrap
+from collections import Counter
 from importlib import resources
 from pathlib import Path
 
@@ -109,15 +110,51 @@ def test_compaction_keeps_corpus_tokens_bytes_and_eot(
     assert compact.decode([compact.eot_id]) == "<|endoftext|>"
 
 
-def test_compaction_spells_unseen_tokens_as_bytes(
+def test_compaction_respells_unseen_tokens_with_kept_ones(
     full: GPT2Tokenizer, compact: GPT2Tokenizer
 ) -> None:
     word = " quantum"  # one GPT-2 token, never in the Comedy of Errors
     assert len(full.encode(word)) == 1
     assert full.encode(word)[0] not in compact.kept
     ids = compact.encode(word)
-    assert len(ids) == len(word.encode("utf-8"))
-    assert [compact.decode_bytes([i]) for i in ids] == [bytes([b]) for b in word.encode("utf-8")]
+    assert compact.decode(ids) == word
+    # Merged as far as kept tokens allow: fewer tokens than bytes, and no two neighbours that
+    # form a kept token (restricted BPE stops only then).
+    parts = [compact.decode_bytes([i]) for i in ids]
+    assert 1 < len(ids) < len(word.encode("utf-8"))
+    kept = {compact.decode_bytes([i]) for i in range(compact.vocab_size)}
+    assert all(a + b not in kept for a, b in zip(parts, parts[1:], strict=False))
+
+
+def test_with_only_bytes_kept_every_token_is_spelt_in_bytes(full: GPT2Tokenizer) -> None:
+    bytes_only = GPT2Tokenizer.fit([""])
+    assert bytes_only.vocab_size == 257  # 256 bytes + end-of-text
+    word = " Ephesus"
+    assert [bytes_only.decode_bytes([i]) for i in bytes_only.encode(word)] == [
+        bytes([b]) for b in word.encode("utf-8")
+    ]
+
+
+def test_max_vocab_keeps_the_most_frequent_tokens(full: GPT2Tokenizer) -> None:
+    counts = Counter(full.encode(COMEDY))
+    capped = GPT2Tokenizer.fit([COMEDY], max_vocab=1000)
+    assert capped.vocab_size == 1000
+    required = {full.enc.encode_single_token(bytes([b])) for b in range(256)} | {GPT2_EOT}
+    assert required <= set(capped.kept)
+    chosen = [counts[g] for g in capped.kept if g not in required]
+    dropped = [n for g, n in counts.items() if g not in capped.kept]
+    assert len(chosen) == 1000 - len(required) and dropped
+    assert min(chosen) >= max(dropped)
+    # Dropped tokens are re-spelt: exact round trip, more tokens than uncapped, far fewer than
+    # bytes.
+    ids = capped.encode(COMEDY)
+    assert capped.decode(ids) == COMEDY
+    assert len(full.encode(COMEDY)) < len(ids) < len(COMEDY.encode("utf-8")) / 2
+
+
+def test_max_vocab_below_the_bytes_is_refused() -> None:
+    with pytest.raises(ValueError, match="max_vocab 256: must be 0 .* or >= 257"):
+        GPT2Tokenizer.fit([COMEDY], max_vocab=256)
 
 
 def test_char_round_trip_and_unknown_characters_are_reported(char: CharTokenizer) -> None:
@@ -157,6 +194,8 @@ def test_tokenize_corpus_dispatch() -> None:
     assert isinstance(tokenize_corpus("char", ["ab"], compact=True)[0], CharTokenizer)
     assert tokenize_corpus("gpt2", ["ab"], compact=False)[0].vocab_size == 50257
     assert tokenize_corpus("gpt2", ["ab"], compact=True)[0].vocab_size < 300
+    tok, (ids,) = tokenize_corpus("gpt2", [COMEDY], compact=True, max_vocab=500)
+    assert tok.vocab_size == 500 and tok.decode(ids) == COMEDY
 
 
 @pytest.mark.parametrize("name, compact", [("char", False), ("gpt2", False), ("gpt2", True)])
