@@ -51,7 +51,8 @@ class ModelConfig:
     n_layer: int = 4
     """Number of transformer blocks."""
     n_head: int = 4
-    """Attention heads per block; must divide n_embd."""
+    """Attention heads per block; must divide n_embd into an even head size (rotary position
+    embeddings turn pairs of dimensions)."""
     n_embd: int = 128
     """Width of the residual stream (embedding dimension)."""
     block_size: int = 64
@@ -69,6 +70,11 @@ class ModelConfig:
         if self.n_embd % self.n_head:
             raise ValueError(
                 f"--n_embd {self.n_embd}: must be divisible by --n_head {self.n_head}"
+            )
+        if (self.n_embd // self.n_head) % 2:
+            raise ValueError(
+                f"--n_embd {self.n_embd} / --n_head {self.n_head}: the head size must be even "
+                "(rotary position embeddings turn pairs of dimensions)"
             )
         if not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"--dropout {self.dropout!r}: must be in [0, 1)")

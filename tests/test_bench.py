@@ -52,3 +52,21 @@ def test_unknown_names_are_refused_with_the_known_ones(capsys):
     assert stopped.value.code == 2
     err = capsys.readouterr().err
     assert "unknown benchmark(s) no-such-benchmark" in err and "train" in err
+
+
+def test_time_to_quality_sends_corpus_flags_to_the_corpus_stage(tmp_path):
+    from bench.time_to_quality import CHECKPOINTS, Case, run_case
+
+    flags = ["--max_vocab", "300", "--max_iters", str(CHECKPOINTS), "--warmup_iters", "2",
+             "--n_layer", "1", "--n_head", "2", "--n_embd", "32"]
+    case = Case.parse("comedy", "gpt2", "default", flags)
+    assert case.corpus_flags == {"max_vocab": "300"}
+    assert case.train_flags == {
+        "max_iters": str(CHECKPOINTS), "warmup_iters": "2", "n_layer": "1", "n_head": "2",
+        "n_embd": "32",
+    }
+    row = run_case(case, tmp_path, "trial")
+    meta = json.loads((tmp_path / "trial" / "data" / "meta.json").read_text())
+    assert (meta["max_vocab"], meta["vocab_size"]) == (300, 300)
+    assert [p["step"] for p in row["curve"]] == list(range(1, CHECKPOINTS + 1))
+    assert row["corpus_flags"] == {"max_vocab": "300"} and row["steps"] == CHECKPOINTS

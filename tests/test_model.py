@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from gpt.model import GPT, GPTConfig
+from gpt.model import GPT, GPTConfig, Rotary, apply_rotary
 
 TINY = dict(vocab_size=67, block_size=16, n_layer=2, n_head=2, n_embd=32)
 
@@ -17,11 +17,11 @@ def model() -> GPT:
 
 
 def test_logits_and_loss_shapes(model: GPT) -> None:
-    idx = torch.randint(0, 67, (3, 10))
-    logits, loss = model(idx, targets=idx)
+    idx, targets = torch.randint(0, 67, (2, 3, 10))
+    logits, loss = model(idx, targets=targets)
     assert logits.shape == (3, 10, 67)
     assert loss.ndim == 0 and torch.isfinite(loss)
-    # an untrained model is close to uniform: loss near ln(vocab)
+    # an untrained model is close to uniform: loss near ln(vocab) on targets unrelated to idx
     assert abs(loss.item() - torch.log(torch.tensor(67.0)).item()) < 0.5
 
 
@@ -54,6 +54,40 @@ def test_cache_refuses_to_overflow_the_context(model: GPT) -> None:
         model(torch.zeros(1, 1, dtype=torch.long), cache=cache)
 
 
+def test_rotary_scores_depend_only_on_the_distance_between_tokens() -> None:
+    torch.manual_seed(0)
+    rotary = Rotary(head_dim=8, block_size=32)
+    q, k = torch.randn(2, 1, 1, 1, 8).unbind(0)  # (B, nh, T, hs) each
+
+    def score(m: int, n: int) -> torch.Tensor:
+        return (apply_rotary(q, *rotary(m, 1)) * apply_rotary(k, *rotary(n, 1))).sum()
+
+    torch.testing.assert_close(score(5, 2), score(25, 22))
+    torch.testing.assert_close(score(3, 3), (q * k).sum())  # same position: plain dot product
+    assert not torch.allclose(score(5, 2), score(5, 4))
+    torch.testing.assert_close(apply_rotary(q, *rotary(7, 1)).norm(), q.norm())  # a rotation
+
+
+def test_the_order_of_the_context_reaches_the_model(model: GPT) -> None:
+    # Without positions, causal attention sums over the earlier tokens in any order, so the last
+    # position could not tell "a b c" from "b a c". The model has no learned position table.
+    a, _ = model(torch.tensor([[5, 9, 3]]))
+    b, _ = model(torch.tensor([[9, 5, 3]]))
+    assert not torch.allclose(a[0, -1], b[0, -1])
+    assert not any("wpe" in name for name in model.state_dict())
+
+
+def test_bf16_autocast_forward_and_cache(model: GPT) -> None:
+    idx = torch.randint(0, 67, (2, 12))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        full, loss = model(idx, targets=idx)
+        cache = model.new_cache(batch_size=2)
+        model(idx[:, :11], cache=cache)
+        last, _ = model(idx[:, 11:], cache=cache)
+    assert torch.isfinite(loss)
+    torch.testing.assert_close(last[:, 0].float(), full[:, -1].float(), atol=0.1, rtol=0.05)
+
+
 def test_output_head_is_tied_to_token_embedding(model: GPT) -> None:
     assert model.lm_head.weight.data_ptr() == model.transformer.wte.weight.data_ptr()
 
@@ -62,6 +96,7 @@ def test_output_head_is_tied_to_token_embedding(model: GPT) -> None:
     "override, flag",
     [
         (dict(n_embd=30, n_head=4), "--n_embd"),
+        (dict(n_embd=30, n_head=2), "the head size must be even"),
         (dict(n_layer=0), "--n_layer"),
         (dict(block_size=-1), "--block_size"),
         (dict(dropout=1.0), "--dropout"),
