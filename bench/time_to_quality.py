@@ -4,7 +4,8 @@ Each case runs this project's own stages as processes (`python -m gpt corpus`, t
 `python -m gpt train`), so threads and memory are the trainer's own, as a user gets them:
 
 - **reference**: nanoGPT's CPU "baby GPT" (char, 4 layers x 4 heads x 128, block 64, batch 12,
-  lr 1e-3 -> 1e-4, warmup 100, 2000 iterations, dropout 0), every flag passed explicitly;
+  lr 1e-3 -> 1e-4, warmup 100, 2000 iterations, dropout 0) and nanoGPT's model (learned
+  positions, GELU), every flag passed explicitly;
 - **default**: `python -m gpt corpus` and `python -m gpt train` with their default flags.
 
 Both hold out the last 10% of the text as validation. The trainer writes a checkpoint every
@@ -57,6 +58,7 @@ REFERENCE = {
     "n_layer": 4, "n_head": 4, "n_embd": 128, "block_size": 64, "batch_size": 12,
     "learning_rate": 1e-3, "min_lr": 1e-4, "warmup_iters": 100, "max_iters": 2000,
     "time_budget": 0, "dropout": 0.0, "weight_decay": 0.1, "beta2": 0.99, "bias": False,
+    "position": "learned", "activation": "gelu",
 }
 CHECKPOINTS = 20  # evaluation points per run
 # Validation text per evaluation, at most: what the reference's 200 batches of 12 x 64

@@ -51,8 +51,8 @@ class ModelConfig:
     n_layer: int = 4
     """Number of transformer blocks."""
     n_head: int = 4
-    """Attention heads per block; must divide n_embd into an even head size (rotary position
-    embeddings turn pairs of dimensions)."""
+    """Attention heads per block; must divide n_embd (into an even head size with --position
+    rope, which turns pairs of dimensions)."""
     n_embd: int = 128
     """Width of the residual stream (embedding dimension)."""
     block_size: int = 64
@@ -63,6 +63,12 @@ class ModelConfig:
     (the default one is 26k tokens); 0 for a corpus far larger than the tokens trained on."""
     bias: bool = False
     """Bias terms in linear layers and LayerNorms (GPT-2 has them; without is a little faster)."""
+    position: Literal["rope", "learned"] = "rope"
+    """How attention knows token order: rope (rotary embeddings: relative, no parameters) or
+    learned (GPT-2's table of absolute positions). rope learned more per step here."""
+    activation: Literal["relu2", "gelu"] = "relu2"
+    """The MLP's nonlinearity: relu2 (squared ReLU, as in Primer) or gelu (GPT-2's). relu2
+    learned more per step here at the same cost."""
 
     def __post_init__(self) -> None:
         for name in ("block_size", "n_layer", "n_head", "n_embd"):
@@ -71,7 +77,11 @@ class ModelConfig:
             raise ValueError(
                 f"--n_embd {self.n_embd}: must be divisible by --n_head {self.n_head}"
             )
-        if (self.n_embd // self.n_head) % 2:
+        if self.position not in ("rope", "learned"):
+            raise ValueError(f"--position {self.position!r}: expected rope or learned")
+        if self.activation not in ("relu2", "gelu"):
+            raise ValueError(f"--activation {self.activation!r}: expected relu2 or gelu")
+        if self.position == "rope" and (self.n_embd // self.n_head) % 2:
             raise ValueError(
                 f"--n_embd {self.n_embd} / --n_head {self.n_head}: the head size must be even "
                 "(rotary position embeddings turn pairs of dimensions)"

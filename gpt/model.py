@@ -1,10 +1,13 @@
 """A decoder-only GPT, in the shape of GPT-2, in one file that reads top to bottom.
 
-Token embeddings, pre-LayerNorm transformer blocks (causal self-attention with rotary position
-embeddings, then an MLP), a final LayerNorm and a language-model head that shares its weight
-with the token embedding. Attention runs through `scaled_dot_product_attention`, which picks
-flash or memory-efficient kernels where the device has them. A `KVCache` lets generation feed one
-new token at a time instead of the whole context.
+Token embeddings, pre-LayerNorm transformer blocks (causal self-attention, then an MLP), a final
+LayerNorm and a language-model head that shares its weight with the token embedding. Positions
+are rotary by default, or GPT-2's learned table (`position`); the MLP uses a squared ReLU by
+default, or GPT-2's GELU (`activation`): the defaults learned more per CPU-second here
+(bench/recipe_trials.md), and GPT-2's choices remain so the nanoGPT reference runs unchanged.
+Attention runs through `scaled_dot_product_attention`, which picks flash or memory-efficient
+kernels where the device has them. A `KVCache` lets generation feed one new token at a time
+instead of the whole context.
 """
 
 from __future__ import annotations
@@ -71,9 +74,8 @@ class Rotary(nn.Module):
 
     Instead of adding a learned position vector to each token, every query and key is rotated by
     angles proportional to its position, so the q.k score depends only on how far apart two
-    tokens are. On this project's small CPU recipe that learns markedly more per step than
-    GPT-2's learned positions (bench/recipe_trials.md), costs no parameters, and makes a window
-    that restarts at 0 (generation past block_size) look like any window seen in training.
+    tokens are. It costs no parameters, and a window that restarts at 0 (generation past
+    block_size) looks like any window seen in training.
     """
 
     def __init__(self, head_dim: int, block_size: int, base: float = 10000.0) -> None:
@@ -108,16 +110,17 @@ class CausalSelfAttention(nn.Module):
         self.resid_dropout = nn.Dropout(config.dropout)
 
     def forward(
-        self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor], cache: KVCache | None,
-        layer: int,
+        self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor] | None,
+        cache: KVCache | None, layer: int,
     ) -> torch.Tensor:
         B, T, C = x.size()
         q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
         q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)  # (B, nh, T, hs)
         k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)  # (B, nh, T, hs)
         v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)  # (B, nh, T, hs)
-        # Keys are rotated before they are cached, so cached keys keep their own positions.
-        q, k = apply_rotary(q, *rope), apply_rotary(k, *rope)
+        if rope is not None:
+            # Keys are rotated before they are cached, so cached keys keep their own positions.
+            q, k = apply_rotary(q, *rope), apply_rotary(k, *rope)
         dropout_p = self.dropout if self.training else 0.0
         if cache is None:
             y = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True)
@@ -135,17 +138,18 @@ class CausalSelfAttention(nn.Module):
 
 
 class MLP(nn.Module):
-    """Two linear layers around a squared ReLU (So et al. 2021, "Primer"), which learned more
-    per step than GPT-2's GELU here on both the small and the large corpus at the same cost."""
+    """Two linear layers around a squared ReLU (So et al. 2021, "Primer") or GPT-2's GELU."""
 
     def __init__(self, config: GPTConfig) -> None:
         super().__init__()
+        self.activation = config.activation
         self.c_fc = nn.Linear(config.n_embd, 4 * config.n_embd, bias=config.bias)
         self.c_proj = nn.Linear(4 * config.n_embd, config.n_embd, bias=config.bias)
         self.dropout = nn.Dropout(config.dropout)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        h = F.relu(self.c_fc(x)).square()  # (B, T, 4C)
+        h = self.c_fc(x)  # (B, T, 4C)
+        h = F.relu(h).square() if self.activation == "relu2" else F.gelu(h)
         return self.dropout(self.c_proj(h))
 
 
@@ -158,8 +162,8 @@ class Block(nn.Module):
         self.mlp = MLP(config)
 
     def forward(
-        self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor], cache: KVCache | None,
-        layer: int,
+        self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor] | None,
+        cache: KVCache | None, layer: int,
     ) -> torch.Tensor:
         x = x + self.attn(self.ln_1(x), rope, cache, layer)
         x = x + self.mlp(self.ln_2(x))
@@ -170,15 +174,19 @@ class GPT(nn.Module):
     def __init__(self, config: GPTConfig) -> None:
         super().__init__()
         self.config = config
+        modules = dict(wte=nn.Embedding(config.vocab_size, config.n_embd))
+        if config.position == "learned":  # in nanoGPT's place, so it initialises as nanoGPT
+            modules["wpe"] = nn.Embedding(config.block_size, config.n_embd)
+        else:
+            self.rotary = Rotary(config.n_embd // config.n_head, config.block_size)
         self.transformer = nn.ModuleDict(
             dict(
-                wte=nn.Embedding(config.vocab_size, config.n_embd),
+                **modules,
                 drop=nn.Dropout(config.dropout),
                 h=nn.ModuleList([Block(config) for _ in range(config.n_layer)]),
                 ln_f=nn.LayerNorm(config.n_embd, bias=config.bias),
             )
         )
-        self.rotary = Rotary(config.n_embd // config.n_head, config.block_size)
         self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
         # Weight tying: the token embedding and the output projection are one matrix, which
         # saves vocab_size * n_embd parameters and helps small models generalise.
@@ -230,8 +238,13 @@ class GPT(nn.Module):
             raise ValueError(
                 f"sequence of {start + T} tokens exceeds block_size {self.config.block_size}"
             )
-        rope = self.rotary(start, T)  # positions start .. start+T-1, shared by every layer
-        x = self.transformer.drop(self.transformer.wte(idx))  # (B, T, C)
+        x = self.transformer.wte(idx)  # (B, T, C)
+        rope = None
+        if self.config.position == "learned":
+            x = x + self.transformer.wpe(torch.arange(start, start + T, device=idx.device))
+        else:
+            rope = self.rotary(start, T)  # positions start .. start+T-1, shared by every layer
+        x = self.transformer.drop(x)
         for layer, block in enumerate(self.transformer.h):
             x = block(x, rope, cache, layer)
         x = self.transformer.ln_f(x)

@@ -2,9 +2,10 @@
 
 It knows nothing of text (the tokenizer and the REPL sit apart, as in nanochat). `generate` crops
 the prompt to the context window, prefills the model's KV cache once, then feeds one new token per
-step. The model has learned absolute position embeddings, so a cache cannot simply drop its oldest
-entries when the window is full: the window jumps forward, keeping the newest three quarters of
-it, and the cache is rebuilt by prefilling those. Without a cache the model sees exactly the same
+step. Cached keys are rotated for their positions in the window (0 .. block_size-1, the positions
+the model trained on), so a cache cannot simply drop its oldest entries when the window is full:
+the window jumps forward, keeping the newest three quarters of it, and the cache is rebuilt by
+prefilling those at positions from 0 again. Without a cache the model sees exactly the same
 windows, so both paths give the same tokens; the cache only makes it faster.
 """
 

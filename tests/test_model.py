@@ -88,6 +88,22 @@ def test_bf16_autocast_forward_and_cache(model: GPT) -> None:
     torch.testing.assert_close(last[:, 0].float(), full[:, -1].float(), atol=0.1, rtol=0.05)
 
 
+@pytest.mark.parametrize("position, activation", [("learned", "gelu"), ("rope", "gelu"),
+                                                  ("learned", "relu2")])
+def test_gpt2_choices_build_and_cache_like_the_defaults(position: str, activation: str) -> None:
+    torch.manual_seed(0)
+    cfg = GPTConfig(**{**TINY, "position": position, "activation": activation})
+    model = GPT(cfg).eval()
+    assert ("transformer.wpe.weight" in model.state_dict()) == (position == "learned")
+    idx = torch.randint(0, 67, (1, 16))
+    full, _ = model(idx)
+    cache = model.new_cache()
+    cached = torch.cat([model(idx[:, :10], cache=cache)[0], model(idx[:, 10:], cache=cache)[0]], 1)
+    torch.testing.assert_close(cached, full, atol=1e-5, rtol=1e-4)
+    # An odd head size is fine without rotary pairs.
+    GPTConfig(**{**TINY, "n_embd": 30, "n_head": 2, "position": "learned"})
+
+
 def test_output_head_is_tied_to_token_embedding(model: GPT) -> None:
     assert model.lm_head.weight.data_ptr() == model.transformer.wte.weight.data_ptr()
 
@@ -97,6 +113,8 @@ def test_output_head_is_tied_to_token_embedding(model: GPT) -> None:
     [
         (dict(n_embd=30, n_head=4), "--n_embd"),
         (dict(n_embd=30, n_head=2), "the head size must be even"),
+        (dict(position="alibi"), "--position 'alibi': expected rope or learned"),
+        (dict(activation="swish"), "--activation 'swish': expected relu2 or gelu"),
         (dict(n_layer=0), "--n_layer"),
         (dict(block_size=-1), "--block_size"),
         (dict(dropout=1.0), "--dropout"),
