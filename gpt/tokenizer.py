@@ -64,6 +64,14 @@ def gpt2_encoding() -> tiktoken.Encoding:
     )
 
 
+@functools.cache
+def always_kept() -> frozenset[int]:
+    """GPT-2 ids every compacted vocabulary keeps: end-of-text, and every single byte (ranks
+    0..255 in r50k, but looked up rather than assumed), so that any text can still be spelt."""
+    enc = gpt2_encoding()
+    return frozenset({GPT2_EOT, *(enc.encode_single_token(bytes([b])) for b in range(256))})
+
+
 class Tokenizer(ABC):
     """Text <-> ids. `decode(encode(s)) == s` for every string the vocabulary can express."""
 
@@ -111,16 +119,12 @@ class GPT2Tokenizer(Tokenizer):
         self.enc = gpt2_encoding()
         self.kept = None if kept is None else [int(i) for i in kept]
         n = self.enc.n_vocab
-        # GPT-2 id of every single byte (ranks 0..255 in r50k, but look them up rather than assume)
-        self._byte_ids = np.array(
-            [self.enc.encode_single_token(bytes([b])) for b in range(256)], dtype=np.int64
-        )
         if self.kept is None:
             self.vocab_size = n
             self._to_gpt2 = None
             self._from_gpt2 = None
         else:
-            _check_kept(self.kept, n, self._byte_ids)
+            _check_kept(self.kept, n)
             self.vocab_size = len(self.kept)
             self._to_gpt2 = np.array(self.kept, dtype=np.int64)
             self._from_gpt2 = np.full(n, -1, dtype=np.int64)
@@ -141,7 +145,7 @@ class GPT2Tokenizer(Tokenizer):
     def fit_ids(cls, gpt2_ids: Iterable[Sequence[int]], max_vocab: int = 0) -> GPT2Tokenizer:
         """`fit` for texts already encoded with the full GPT-2 vocabulary."""
         enc = gpt2_encoding()
-        required = {GPT2_EOT, *(enc.encode_single_token(bytes([b])) for b in range(256))}
+        required = always_kept()
         if max_vocab and max_vocab < len(required):
             raise ValueError(f"max_vocab {max_vocab}: must be 0 (no limit) or >= {len(required)}")
         counts = np.zeros(enc.n_vocab, dtype=np.int64)
@@ -208,13 +212,12 @@ class GPT2Tokenizer(Tokenizer):
         }
 
 
-def _check_kept(kept: list[int], n_vocab: int, byte_ids: np.ndarray) -> None:
+def _check_kept(kept: list[int], n_vocab: int) -> None:
     if any(b <= a for a, b in zip(kept, kept[1:], strict=False)):
         raise ValueError("kept: GPT-2 ids must be strictly increasing")
     if kept and not (0 <= kept[0] and kept[-1] < n_vocab):
         raise ValueError(f"kept: GPT-2 ids must lie in [0, {n_vocab})")
-    missing = set(byte_ids.tolist()) - set(kept)
-    if missing or GPT2_EOT not in kept:
+    if not always_kept() <= set(kept):
         raise ValueError("kept: must contain all 256 single-byte tokens and end-of-text")
 
 
