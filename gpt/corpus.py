@@ -99,11 +99,12 @@ def main(cfg: CorpusConfig) -> None:
         print(f"corpus: read {doc.origin} ({kind}): {doc.raw_bytes:,} bytes; {removal(doc)}")
     text = "\n\n".join(doc.text for doc in docs)
     text_bytes = text.encode("utf-8")
+    compacted = cfg.compact and cfg.tokenizer == "gpt2"
     inputs = {
         "source": canonical(cfg.source),
         "tokenizer": cfg.tokenizer,
-        "compact": cfg.compact and cfg.tokenizer == "gpt2",
-        "max_vocab": cfg.max_vocab if cfg.compact and cfg.tokenizer == "gpt2" else 0,
+        "compact": compacted,
+        "max_vocab": cfg.max_vocab if compacted else 0,
         "val_fraction": cfg.val_fraction,
         "block_size": cfg.block_size,
         "corpus_sha256": hashlib.sha256(text_bytes).hexdigest(),
