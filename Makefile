@@ -35,13 +35,13 @@ $(STAMP): pyproject.toml
 install: $(STAMP)  ## create .venv and install the project with all extras
 
 # The compiled pipeline itself, run by kfp.local: every stage a local process under ROOT/RUN,
-# the prompt stage one-shot. Step artifacts (metrics, report, transcript): ROOT/kfp-outputs/.
+# the prompt stage one-shot. Step artifacts (metrics, report, transcript): ROOT/kfp-outputs/RUN/.
 DEMO_PROMPTS ?= ["To be, or not to be", "ANTIPHOLUS:"]
 demo: $(STAMP)  ## run the compiled pipeline end to end here with kfp.local (embedded corpus)
 	$(PY) -m pipeline run-local --root $(ROOT) --run $(RUN) --set 'prompt=$(DEMO_PROMPTS)'
 
 prompt: $(STAMP)  ## talk to the trained model of ROOT/RUN (after make demo); exit or Ctrl-D ends
-	$(PY) -m gpt prompt --root $(ROOT) --run $(RUN)
+	$(PY) -m gpt generative-prompt --root $(ROOT) --run $(RUN)
 
 compile: $(STAMP)  ## compile the pipeline to pipeline/gpt_trainjobs_pipeline.yaml (commit it)
 	$(PY) -m pipeline compile

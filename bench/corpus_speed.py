@@ -8,7 +8,7 @@ import tempfile
 from importlib import resources
 
 from bench.harness import SHARED, Result, Stats, fmt_stats, repeat, timed
-from gpt.corpus import CorpusConfig
+from gpt.config import CorpusConfig
 from gpt.corpus import main as corpus_main
 from gpt.sources import EMBEDDED_ASSET
 

@@ -1,6 +1,6 @@
 """Generation: tokens/s and first-token latency for 256 new tokens, with and without the KV cache.
 
-The model has the default shape of `python -m gpt train` and the vocabulary of the default
+The model has the default shape of `python -m gpt train-gpt` and the vocabulary of the default
 corpus, with random weights: speed does not depend on what the model learned. Greedy decoding
 of exactly 256 tokens (`gpt.sampling.measure_speed`), so both paths do the same work token for
 token. The prompt is the first 16 validation tokens of the default corpus. The default window
@@ -15,10 +15,10 @@ import numpy as np
 import torch
 
 from bench.harness import Result, Stats, default_corpus, fmt_stats, threads
-from gpt.data import DataMeta
+from gpt.config import TrainConfig
 from gpt.model import GPT
+from gpt.rundir import DataMeta
 from gpt.sampling import measure_speed
-from gpt.train import TrainConfig
 
 NEW_TOKENS = 256
 PROMPT_TOKENS = 16

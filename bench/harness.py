@@ -102,9 +102,9 @@ def threads(n: int | None) -> Iterator[int]:
 
 
 def default_corpus(root: str | Path) -> RunDir:
-    """`python -m gpt corpus` with every default (the embedded corpus, the compacted GPT-2
+    """`python -m gpt load-corpus` with every default (the embedded corpus, the compacted GPT-2
     tokenizer) into run `bench` under `root`, quietly: what the default model trains on."""
-    from gpt.corpus import CorpusConfig
+    from gpt.config import CorpusConfig
     from gpt.corpus import main as corpus_main
 
     cfg = CorpusConfig(root=str(root), run="bench")

@@ -4,7 +4,7 @@ Against the test API server of `../shared/k8s-apiserver` (a real apiextensions-a
 the Trainer CRDs, no controllers). A thread plays the Trainer controller: it finds the TrainJob
 the launcher created and patches its `status.conditions` to Complete; the clock runs from just
 before that patch request to the moment `launch()` returns, so it includes the patch itself, the
-watch event and the launcher's handling (the pod log reader is a stub: there are no pods).
+watch event and the launcher's handling (no pod logs are read: there are no pods).
 """
 
 from __future__ import annotations
@@ -15,11 +15,15 @@ from pathlib import Path
 
 from bench.harness import SHARED, Result, Stats, fmt_stats
 from components.launcher import TrainJobSpec, launch
+from components.placement import Placement
+from components.podlogs import LogDirPodLogs
 from tests.apiserver import Controller, available, condition, namespace, running
 
 REPEATS = 20
-SPEC = TrainJobSpec(stage="bench", runtime="gpt-train", image="gpt-workload:bench",
-                    command=["python", "-m", "gpt", "train"])
+# An empty log folder: there are no pods to read (the launcher then says so in one line).
+NO_PODS = LogDirPodLogs(Path("/nonexistent"))
+SPEC = TrainJobSpec(stage="bench", runtime="gpt-train-gpt", image="gpt-workload:bench",
+                    command=["python", "-m", "gpt", "train-gpt"], placement=Placement(timeout=60))
 
 
 def latency_s(api) -> float:
@@ -27,7 +31,7 @@ def latency_s(api) -> float:
     ns = namespace()
     done = condition("Complete", "JobsCompleted", "done")
     controller = Controller(api, ns, done, delay=0.05)
-    launch(SPEC, ns, "bench", timeout_s=60, api=api, log_reader=lambda *_: "", say=lambda _: None)
+    launch(SPEC, ns, "bench", api=api, pods=NO_PODS, say=lambda _: None)
     returned = time.monotonic()
     controller.join()
     if controller.error:

@@ -1,12 +1,12 @@
 """Time to quality: how good the model gets per second of training, reference vs default recipe.
 
-Each case runs this project's own stages as processes (`python -m gpt corpus`, then
-`python -m gpt train`), so threads and memory are the trainer's own, as a user gets them:
+Each case runs this project's own stages as processes (`python -m gpt load-corpus`, then
+`python -m gpt train-gpt`), so threads and memory are the trainer's own, as a user gets them:
 
 - **reference**: nanoGPT's CPU "baby GPT" (char, 4 layers x 4 heads x 128, block 64, batch 12,
   lr 1e-3 -> 1e-4, warmup 100, 2000 iterations, dropout 0) and nanoGPT's model (learned
   positions, GELU), every flag passed explicitly;
-- **default**: `python -m gpt corpus` and `python -m gpt train` with their default flags.
+- **default**: `python -m gpt load-corpus` and `python -m gpt train-gpt` with their default flags.
 
 Both hold out the last 10% of the text as validation. The trainer writes a checkpoint every
 1/CHECKPOINTS of its steps; after training, this process evaluates each checkpoint on the
@@ -40,11 +40,11 @@ import safetensors.torch
 import torch
 
 from bench.harness import SHARED, Result
-from components.stages import cli_args
-from gpt.corpus import CorpusConfig
-from gpt.data import DataMeta, eval_batches, eval_offsets
-from gpt.model import GPT, GPTConfig
-from gpt.train import TrainConfig
+from gpt.config import CorpusConfig, GPTConfig, TrainConfig
+from gpt.data import eval_batches, eval_offsets
+from gpt.model import GPT
+from gpt.rundir import DataMeta, RunDir
+from gpt.stages import to_args
 
 REPO = Path(__file__).resolve().parents[1]
 SOURCES = {
@@ -128,7 +128,7 @@ def run_case(case: Case, root: Path, name: str) -> dict[str, Any]:
     data_run = "-".join(["data", case.source, case.tokenizer,
                          *(f"{k}{v}" for k, v in sorted(case.corpus_flags.items()))])
     if not (root / data_run / "data").is_dir():
-        _gpt(["corpus", "--root", str(root), "--run", data_run, *cli_args(corpus_flags)], log)
+        _gpt(["load-corpus", "--root", str(root), "--run", data_run, *to_args(corpus_flags)], log)
     (root / name).mkdir()
     for part in ("corpus", "data"):
         (root / name / part).symlink_to(root / data_run / part)
@@ -137,10 +137,10 @@ def run_case(case: Case, root: Path, name: str) -> dict[str, Any]:
     # When to checkpoint and evaluate: nothing that changes the training.
     bench_flags = {"ckpt_interval": max(1, max_iters // CHECKPOINTS), "eval_interval": max_iters,
                    "keep_last": 10**6, "resume": "never"}
-    _gpt(["train", "--root", str(root), "--run", name, *cli_args({**bench_flags, **flags})], log)
+    _gpt(["train-gpt", "--root", str(root), "--run", name, *to_args({**bench_flags, **flags})], log)
 
     data = root / name / "data"
-    meta = DataMeta.read(data / "meta.json")
+    meta = DataMeta.read(RunDir.of(root, name).meta_json)
     curve = []
     for ckpt in sorted((root / name / "ckpt").glob("step-*"), key=lambda p: int(p.name[5:])):
         train = json.loads((ckpt / "state.json").read_text())["train"]

@@ -1,11 +1,11 @@
 """Training throughput: tokens/s of the default model on the default corpus, in one process.
 
-Each case builds the real `Trainer` with the defaults of `python -m gpt train` on the data of
-`python -m gpt corpus` (also all defaults), and times its optimizer step: the exact step `fit()`
-runs, forward, backward, clipping and AdamW, without the evaluations and checkpoints between.
-The first step is timed apart (with `torch.compile` it holds the compilation); the throughput
-is the median over windows of steps after a warm-up. On CUDA the Trainer trains in bf16, so the
-cases there are bf16 (with MFU), fp32 for comparison, and bf16 compiled.
+Each case builds the real `Trainer` with the defaults of `python -m gpt train-gpt` on the data
+of `python -m gpt load-corpus` (also all defaults), and times its optimizer step: the exact step
+`fit()` runs, forward, backward, clipping and AdamW, without the evaluations and checkpoints
+between. The first step is timed apart (with `torch.compile` it holds the compilation); the
+throughput is the median over windows of steps after a warm-up. On CUDA the Trainer trains in
+bf16, so the cases there are bf16 (with MFU), fp32 for comparison, and bf16 compiled.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import torch
 
 from bench.harness import Result, Stats, default_corpus, fmt_stats, repeat, threads, timed
 from gpt import distributed
-from gpt.train import TrainConfig
+from gpt.config import TrainConfig
 from gpt.trainer import Trainer
 
 
@@ -29,7 +29,7 @@ class Case:
     label: str
     compile: bool = False
     threads: int | None = None
-    """CPU threads (None: what `python -m gpt train` picks, one per core)."""
+    """CPU threads (None: what `python -m gpt train-gpt` picks, one per core)."""
     bf16: bool = True
     """On CUDA: the Trainer's bf16 autocast; False measures fp32 (TF32 matmuls) instead."""
 
@@ -45,7 +45,7 @@ def cases(cuda: bool, quick: bool) -> list[Case]:
 
 
 def measure(cfg: TrainConfig, case: Case, warmup: int, windows: int, steps: int) -> dict:
-    world = distributed.setup(cfg.device)  # sizes the thread pool as `python -m gpt train` does
+    world = distributed.setup(cfg.device)  # sizes the thread pool as `python -m gpt train-gpt` does
     try:
         with threads(case.threads) as used:
             trainer = Trainer(replace(cfg, compile=case.compile), world)

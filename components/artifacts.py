@@ -12,11 +12,14 @@ import re
 import statistics
 from typing import Any
 
-META_JSON = "data/meta.json"
-TRAIN_JSONL = "metrics/train.jsonl"
-REPORT_MD = "metrics/report.md"
-LOSS_PNG = "metrics/loss.png"
-TRANSCRIPT_JSONL = "prompt/transcript.jsonl"
+from gpt.rundir import RunDir
+
+# The files a stage brings back, keyed by their path inside the run directory.
+META_JSON = RunDir.meta_json.rel
+TRAIN_JSONL = RunDir.train_jsonl.rel
+REPORT_MD = RunDir.report_md.rel
+LOSS_PNG = RunDir.loss_png.rel
+TRANSCRIPT_JSONL = RunDir.transcript_jsonl.rel
 
 
 def _jsonl(data: bytes | None) -> list[dict[str, Any]]:
@@ -24,7 +27,8 @@ def _jsonl(data: bytes | None) -> list[dict[str, Any]]:
 
 
 def corpus_metrics(files: dict[str, bytes]) -> dict[str, float]:
-    """The numbers of data/meta.json: vocabulary, tokens and bytes of each split."""
+    """The numbers of meta.json (gpt/rundir.py's DataMeta): vocabulary, tokens and bytes of
+    each split."""
     if META_JSON not in files:
         raise ValueError(f"{META_JSON}: missing; the corpus stage wrote no data")
     meta = json.loads(files[META_JSON])
@@ -63,9 +67,9 @@ def train_report_html(run: str, files: dict[str, bytes]) -> str:
         f'<img alt="train and validation loss" src="data:image/png;base64,'
         f'{base64.b64encode(png).decode()}">'
         if png
-        else "<p>(no loss curve: metrics/loss.png was not written)</p>"
+        else f"<p>(no loss curve: {LOSS_PNG} was not written)</p>"
     )
-    report = files.get(REPORT_MD, b"(no metrics/report.md)").decode()
+    report = files.get(REPORT_MD, f"(no {REPORT_MD})".encode()).decode()
     return (
         "<!doctype html><html><head><meta charset='utf-8'><title>train-gpt</title>"
         "<style>body{font-family:sans-serif;margin:1em}th{text-align:left;padding-right:1em}"

@@ -23,7 +23,8 @@ def generative_prompt(
     namespace: str = "training",
     timeout: float = 3600,
 ):
-    """Run `python -m gpt prompt` (in a TrainJob on runtime gpt-generative-prompt, or locally).
+    """Run `python -m gpt generative-prompt` (in a TrainJob on runtime gpt-generative-prompt, or
+    locally).
 
     With no `prompt`, the TrainJob's pod waits for a person: this step's log prints the exact
     `kubectl -n <namespace> attach -it <pod> -c node` command. With prompts: answers, then ends.
@@ -45,12 +46,13 @@ def generative_prompt(
             idle_timeout).
     """
     from components.artifacts import transcript_markdown
-    from components.launcher import attach_hint
+    from components.attach import attach_hint
+    from components.placement import Placement
     from components.stages import run_stage
 
     interactive = backend == "trainjob" and not prompt
     files = run_stage(
-        "prompt",
+        "generative-prompt",
         dict(
             root=root,
             run=run,
@@ -63,10 +65,10 @@ def generative_prompt(
             seed=seed,
             idle_timeout=idle_timeout or None,
         ),
+        Placement(timeout=timeout),
         backend=backend,
         image=workload_image,
         namespace=namespace,
-        timeout=timeout,
         on_update=attach_hint(namespace) if interactive else None,
     )
     with open(transcript.path, "w") as f:

@@ -23,7 +23,7 @@ def load_corpus(
     namespace: str = "training",
     timeout: float = 1800,
 ) -> str:
-    """Run `python -m gpt corpus` (in a TrainJob on runtime gpt-load-corpus, or locally).
+    """Run `python -m gpt load-corpus` (in a TrainJob on runtime gpt-load-corpus, or locally).
 
     Args:
         run: Run directory name under root; empty: the KFP run id (`kfp_run_id`).
@@ -44,11 +44,12 @@ def load_corpus(
         The run directory name, for the next stages.
     """
     from components.artifacts import corpus_metrics
+    from components.placement import Placement
     from components.stages import run_stage
 
     run = run or kfp_run_id
     files = run_stage(
-        "corpus",
+        "load-corpus",
         dict(
             root=root,
             run=run,
@@ -59,10 +60,10 @@ def load_corpus(
             val_fraction=val_fraction,
             block_size=block_size,
         ),
+        Placement(timeout=timeout),
         backend=backend,
         image=workload_image,
         namespace=namespace,
-        timeout=timeout,
     )
     for name, value in corpus_metrics(files).items():
         corpus_stats.log_metric(name, value)

@@ -1,7 +1,8 @@
 """The local backend: run a stage as a process on this machine instead of in a TrainJob.
 
 The command is the one a TrainJob container runs (`python -m gpt <stage> ...`, or torchrun with
-several processes), so a pipeline that works locally exercises the same contract as on a cluster.
+several processes: gpt/stages.py's `Stage.command`), so a pipeline that works locally exercises
+the same contract as on a cluster.
 """
 
 from __future__ import annotations
@@ -16,24 +17,19 @@ import threading
 from collections import deque
 from collections.abc import Callable
 
-LOG_TAIL_LINES = 40
+from components.placement import Placement
+from components.stagelog import LOG_TAIL_LINES
+from gpt.orphans import die_with_parent
+from gpt.stages import Stage
 
 
-def command(stage: str, args: list[str], num_proc_per_node: int = 1) -> list[str]:
+def command(stage: Stage, args: list[str], num_proc_per_node: int = 1) -> list[str]:
     """The process to start: this interpreter, through torchrun when more than one process."""
     if num_proc_per_node > 1:
-        torchrun = ["-m", "torch.distributed.run", "--standalone"]
-        return [
-            sys.executable,
-            *torchrun,
-            f"--nproc_per_node={num_proc_per_node}",
-            "-m",
-            "gpt",
-            "--",  # else torchrun's parser takes the stage's --run for its own --run-path
-            stage,
-            *args,
-        ]
-    return [sys.executable, "-m", "gpt", stage, *args]
+        torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+                    f"--nproc_per_node={num_proc_per_node}"]
+        return stage.command(args, torchrun=torchrun)
+    return stage.command(args, python=[sys.executable])
 
 
 def environment(num_proc_per_node: int) -> dict[str, str]:
@@ -48,11 +44,9 @@ def environment(num_proc_per_node: int) -> dict[str, str]:
 
 
 def run_local(
-    stage: str,
+    stage: Stage,
     args: list[str],
-    *,
-    num_proc_per_node: int = 1,
-    timeout: float = 3600,
+    placement: Placement,
     say: Callable[[str], None] = print,
 ) -> None:
     """Run the stage to the end, echoing its output; raise with the output's tail if it fails.
@@ -60,6 +54,7 @@ def run_local(
     stdin is closed: the prompt stage answers its --prompt values and exits, and without prompts
     its interactive loop sees end-of-input at once instead of waiting on a pipeline step.
     """
+    num_proc_per_node, timeout = placement.num_proc_per_node, placement.timeout
     cmd = command(stage, args, num_proc_per_node)
     say("running: " + shlex.join(cmd))
     tail: deque[str] = deque(maxlen=LOG_TAIL_LINES)
@@ -71,8 +66,10 @@ def run_local(
         stderr=subprocess.STDOUT,
         text=True,
         env=environment(num_proc_per_node),
-        # Its own process group, so torchrun's workers end with it.
+        # Its own process group, so torchrun's workers end with it; and it ends with us, even
+        # when we are killed with SIGKILL and cannot kill it ourselves.
         start_new_session=True,
+        preexec_fn=die_with_parent,
     ) as proc:
 
         def kill() -> None:
@@ -96,8 +93,8 @@ def run_local(
             timer.cancel()
             kill()  # leftovers of a finished run, or all of it if we were interrupted
     if expired.is_set():
-        raise TimeoutError(f"python -m gpt {stage} did not finish within {timeout:g} s; stopped it")
+        raise TimeoutError(f"{stage.prog} did not finish within {timeout:g} s; stopped it")
     if code != 0:
         raise RuntimeError(
-            f"python -m gpt {stage} exited with code {code}. Output tail:\n" + "\n".join(tail)
+            f"{stage.prog} exited with code {code}. Output tail:\n" + "\n".join(tail)
         )

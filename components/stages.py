@@ -1,22 +1,24 @@
-"""One way to run a stage, whatever the backend: the stage table, flags, validation, dispatch.
+"""One way to run a stage, whatever the backend: validation, then dispatch.
 
-A component hands `run_stage` the stage's CLI values under their CLI names (one name per knob:
-the component parameter `n_layer` is the flag `--n_layer`), and gets back the run-directory files
-it turns into KFP artifacts. With backend "trainjob" the stage runs in a Kubeflow Trainer
-TrainJob (components/launcher.py), with "local" as a process on this machine (components/local.py).
+A component hands `run_stage` its stage's name (gpt/stages.py's table), the stage's CLI values
+under their CLI names (one name per knob: the component parameter `n_layer` is the flag
+`--n_layer`) and a `Placement`, and gets back the run-directory files it turns into KFP
+artifacts. With backend "trainjob" the stage runs in a Kubeflow Trainer TrainJob
+(components/launcher.py), with "local" as a process on this machine (components/local.py).
 """
 
 from __future__ import annotations
 
 import contextlib
-import importlib
 import io
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
+from components.placement import Placement
+from gpt.cli import parse_config
 from gpt.rundir import RunDir
+from gpt.stages import STAGES, Stage, to_args
 
 BACKENDS = ("trainjob", "local")
 # Where every runtime mounts PVC gpt-pvc (runtimes/*.yaml): the root of run directories there.
@@ -24,73 +26,14 @@ CLUSTER_ROOT = "/gpt"
 _RFC1123 = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
 
-@dataclass(frozen=True)
-class Stage:
-    cli: str
-    """`python -m gpt <cli>`."""
-    name: str
-    """Pipeline step and TrainJob name prefix."""
-    runtime: str
-    """The ClusterTrainingRuntime in runtimes/."""
-    outputs: tuple[str, ...]
-    """Run-directory files the component reports back, as `RunDir` attribute names."""
-    distributed: bool = False
-    """Runs under torchrun (several processes per node, several nodes)."""
-
-
-STAGES: dict[str, Stage] = {
-    s.cli: s
-    for s in (
-        Stage(
-            "corpus",
-            "load-corpus",
-            "gpt-load-corpus",
-            ("meta_json", "source_json"),
-        ),
-        Stage(
-            "train",
-            "train-gpt",
-            "gpt-train",
-            ("train_jsonl", "report_md", "loss_png"),
-            distributed=True,
-        ),
-        Stage(
-            "prompt",
-            "generative-prompt",
-            "gpt-generative-prompt",
-            ("transcript_jsonl",),
-        ),
-    )
-}
-
-
-def cli_args(values: Mapping[str, Any]) -> list[str]:
-    """`{"n_layer": 4, "compact": True, "prompt": ["a", "b"]}` -> the stage's command line.
-
-    Booleans become true/false (the CLI's boolean flags take a value), a list repeats its flag,
-    None leaves the flag out (the CLI's default, e.g. no top-k limit).
-    """
-    args: list[str] = []
-    for key, value in values.items():
-        if value is None:
-            continue
-        items = value if isinstance(value, list | tuple) else [value]
-        for item in items:
-            text = str(item).lower() if isinstance(item, bool) else str(item)
-            args += [f"--{key}", text]
-    return args
-
-
 def validate(
     stage: Stage,
     values: Mapping[str, Any],
+    placement: Placement,
     *,
     backend: str,
     image: str,
     namespace: str,
-    num_nodes: int,
-    num_proc_per_node: int,
-    timeout: float,
 ) -> list[str]:
     """Check everything before anything is created; return the stage's arguments.
 
@@ -109,33 +52,24 @@ def validate(
             )
         if not image:
             raise ValueError("workload_image: empty; a TrainJob needs the image to run the stage")
-    if num_nodes < 1:
-        raise ValueError(f"num_nodes {num_nodes}: must be at least 1")
-    if num_proc_per_node < 1:
-        raise ValueError(f"num_proc_per_node {num_proc_per_node}: must be at least 1")
-    if not stage.distributed and (num_nodes, num_proc_per_node) != (1, 1):
+    if not stage.distributed and not placement.single_process:
         raise ValueError(f"num_nodes/num_proc_per_node: {stage.name} runs as one process")
-    if backend == "local" and num_nodes != 1:
-        raise ValueError(f"num_nodes {num_nodes}: the local backend runs on this one machine")
-    if not timeout > 0:
-        raise ValueError(f"timeout {timeout}: must be a positive number of seconds")
-    args = cli_args(values)
+    if backend == "local" and placement.num_nodes != 1:
+        raise ValueError(
+            f"num_nodes {placement.num_nodes}: the local backend runs on this one machine"
+        )
+    args = to_args(values)
     _parse_with_stage_config(stage, args)
     return args
 
 
 def _parse_with_stage_config(stage: Stage, args: list[str]) -> None:
-    # The stage modules import PyTorch, numpy and tiktoken only inside main(), so their configs
-    # load here too, in the component image that has none of them.
-    from gpt.__main__ import STAGES as CLI_STAGES
-    from gpt.config import parse_config
-
-    module_name, class_name, _ = CLI_STAGES[stage.cli]
-    config_class = getattr(importlib.import_module(module_name), class_name)
+    # The stages' configs (gpt/config.py) import no PyTorch, numpy or tiktoken, so they load
+    # here too, in the component image that has none of them.
     err = io.StringIO()
     try:
         with contextlib.redirect_stderr(err):
-            parse_config(config_class, args, f"python -m gpt {stage.cli}", "")
+            parse_config(stage.config, args, stage.prog, "")
     except SystemExit:
         # argparse's complaint (unknown flag, bad choice) is its last line.
         raise ValueError(err.getvalue().strip().splitlines()[-1]) from None
@@ -144,74 +78,50 @@ def _parse_with_stage_config(stage: Stage, args: list[str]) -> None:
 
 
 def run_stage(
-    cli: str,
+    name: str,
     values: Mapping[str, Any],
+    placement: Placement,
     *,
     backend: str,
     image: str = "",
     namespace: str = "training",
-    num_nodes: int = 1,
-    num_proc_per_node: int = 1,
-    timeout: float = 3600,
-    resources_per_node: dict[str, Any] | None = None,
     on_update: Callable[[dict[str, Any]], None] | None = None,
     say: Callable[[str], None] = print,
 ) -> dict[str, bytes]:
-    """Run stage `cli` with `values` (its flags, `root` and `run` included) to the end.
+    """Run stage `name` with `values` (its flags, `root` and `run` included) to the end.
 
     `image` is the workload image the TrainJob runs (backend "trainjob"): the pipeline fixes it
     when it compiles (from images.env), so a step never guesses it from where it runs.
     Returns the stage's output files that exist, by their path inside the run directory.
     """
-    stage = STAGES[cli]
-    args = validate(
-        stage,
-        values,
-        backend=backend,
-        image=image,
-        namespace=namespace,
-        num_nodes=num_nodes,
-        num_proc_per_node=num_proc_per_node,
-        timeout=timeout,
-    )
+    stage = STAGES[name]
+    args = validate(stage, values, placement, backend=backend, image=image, namespace=namespace)
     rundir = RunDir.of(values["root"], values["run"])
-    rels = [str(getattr(rundir, f).relative_to(rundir.path)) for f in stage.outputs]
+    rels = [out.rel for out in stage.outputs]
     if backend == "local":
         from components.local import run_local
 
-        run_local(stage.cli, args, num_proc_per_node=num_proc_per_node, timeout=timeout, say=say)
+        run_local(stage, args, placement, say=say)
         found = [rundir.path / rel for rel in rels]
         return {str(p.relative_to(rundir.path)): p.read_bytes() for p in found if p.is_file()}
 
     from components import launcher
+    from components.stagelog import emit_script, files_from_log
 
-    if stage.distributed:
-        # torchrun takes --nnodes, --nproc_per_node, --node_rank, --master_addr/port from the
-        # PET_* variables the Trainer's torch policy sets from numNodes and numProcPerNode.
-        # "--": torchrun's parser would take the stage's --run as an abbreviation of --run-path.
-        program = ["torchrun", "-m", "gpt", "--", stage.cli]
-    else:
-        program = ["python", "-m", "gpt", stage.cli]
+    # torchrun takes --nnodes, --nproc_per_node, --node_rank, --master_addr/port from the PET_*
+    # variables the Trainer's torch policy sets from numNodes and numProcPerNode.
+    program = stage.command(args, torchrun=["torchrun"] if stage.distributed else None)
     spec = launcher.TrainJobSpec(
         stage=stage.name,
         runtime=stage.runtime,
         image=image,
-        command=["sh", "-c", launcher.emit_script(str(rundir.path), rels), stage.name],
-        args=program + args,
+        command=["sh", "-c", emit_script(str(rundir.path), rels), stage.name],
+        args=program,
         env={"PYTHONUNBUFFERED": "1"},
-        num_nodes=num_nodes,
-        num_proc_per_node=num_proc_per_node,
-        resources_per_node=resources_per_node,
+        placement=placement,
     )
-    outcome = launcher.launch(
-        spec,
-        namespace,
-        values["run"],
-        timeout,
-        on_update=on_update,
-        say=say,
-    )
-    files = launcher.files_from_log(outcome.log)
+    outcome = launcher.launch(spec, namespace, values["run"], on_update=on_update, say=say)
+    files = files_from_log(outcome.log)
     missing = [rel for rel in rels if rel not in files]
     if missing:
         say(f"note: not found in the log of {outcome.name}: {', '.join(missing)}")

@@ -18,12 +18,13 @@ def train_gpt(
     dropout: float = 0.2,
     batch_size: int = 12,
     max_iters: int = 600,
-    time_budget: float = 120.0,
+    time_budget: float = 0.0,
     learning_rate: float = 1e-3,
-    warmup_iters: int = 100,
+    warmup_iters: int = -1,
     eval_interval: int = 250,
     eval_iters: int = 200,
     log_interval: int = 10,
+    ckpt_interval: int = 500,
     seed: int = 1337,
     num_nodes: int = 1,
     num_proc_per_node: int = 1,
@@ -34,7 +35,7 @@ def train_gpt(
     namespace: str = "training",
     timeout: float = 86400,
 ) -> str:
-    """Run `torchrun -m gpt -- train` (in a TrainJob on runtime gpt-train, or locally).
+    """Run `torchrun -m gpt -- train-gpt` (in a TrainJob on runtime gpt-train-gpt, or locally).
 
     Args:
         run: Run directory name under root (load-corpus returns it).
@@ -45,12 +46,13 @@ def train_gpt(
         dropout: Dropout probability.
         batch_size: Sequences per optimizer step, over all processes.
         max_iters: Optimizer steps at most.
-        time_budget: Seconds of training at most (0: no limit).
+        time_budget: Seconds of training at most (0: no limit; a budget is not reproducible).
         learning_rate: Peak learning rate.
-        warmup_iters: Steps of linear learning-rate warmup (fewer than max_iters).
+        warmup_iters: Warmup steps, fewer than max_iters; -1: 100, at most max_iters / 4.
         eval_interval: Steps between validation evaluations.
         eval_iters: Validation batches per evaluation, at most.
         log_interval: Steps between metrics lines.
+        ckpt_interval: Steps between checkpoints, which a restarted or re-run step resumes from.
         seed: Seed of initialization and batch order.
         num_nodes: Training nodes (TrainJob numNodes; trainjob backend only).
         num_proc_per_node: Processes per node (TrainJob numProcPerNode; torchrun when > 1).
@@ -65,12 +67,17 @@ def train_gpt(
         The run directory name, for the next stage.
     """
     from components.artifacts import train_metrics, train_report_html
+    from components.placement import Placement
     from components.stages import run_stage
 
-    if gpus_per_node < 0:
-        raise ValueError(f"gpus_per_node {gpus_per_node}: must be >= 0")
+    placement = Placement(
+        num_nodes=num_nodes,
+        num_proc_per_node=num_proc_per_node,
+        gpus_per_node=gpus_per_node,
+        timeout=timeout,
+    )
     files = run_stage(
-        "train",
+        "train-gpt",
         dict(
             root=root,
             run=run,
@@ -83,19 +90,18 @@ def train_gpt(
             max_iters=max_iters,
             time_budget=time_budget,
             learning_rate=learning_rate,
-            warmup_iters=warmup_iters,
+            # kfp.local cannot pass an unset (None) parameter on: -1 stands for it
+            warmup_iters=None if warmup_iters == -1 else warmup_iters,
             eval_interval=eval_interval,
             eval_iters=eval_iters,
             log_interval=log_interval,
+            ckpt_interval=ckpt_interval,
             seed=seed,
         ),
+        placement,
         backend=backend,
         image=workload_image,
         namespace=namespace,
-        num_nodes=num_nodes,
-        num_proc_per_node=num_proc_per_node,
-        resources_per_node={"limits": {"nvidia.com/gpu": gpus_per_node}} if gpus_per_node else None,
-        timeout=timeout,
     )
     for name, value in train_metrics(files).items():
         metrics.log_metric(name, value)

@@ -7,8 +7,10 @@ renamed over the destination; the directory is fsynced so the rename itself surv
 from __future__ import annotations
 
 import contextlib
+import glob
 import json
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -114,3 +116,37 @@ def staged_dir(dest: Path | str) -> Iterator[Path]:
     except BaseException:
         shutil.rmtree(stage, ignore_errors=True)
         raise
+
+
+# What a writer cut off mid-write leaves next to its destination `<dest>`: atomic_path's
+# `.<dest>.<random>.tmp`, staged_dir's `.<dest>.<random>.staging` and `.<dest>.old`.
+_LEFTOVER = re.compile(r"^\.(?P<dest>.+)\.(?:[a-z0-9_]{8}\.(?:tmp|staging)|(?P<old>old))$")
+
+
+def sweep(top: Path | str, dest: str | None = None) -> list[Path]:
+    """Remove what killed writers left under `top` (only that of `dest`, if given, and then in
+    `top` alone); returns what was removed or restored.
+
+    Only safe while no writer is at work there (the run lock, gpt/runlock.py, sees to that). A
+    staged_dir cut off between its two renames left `.<dest>.old` and no `<dest>`: the old
+    directory is put back, so `top` holds what it held before that write began.
+    """
+    top = Path(top)
+    if not top.is_dir():
+        return []
+    found = top.glob(f".{glob.escape(dest)}.*") if dest else top.rglob(".*")
+    touched: list[Path] = []
+    for path in sorted(found, key=lambda p: len(p.parts)):
+        m = _LEFTOVER.match(path.name)
+        if not m or (dest and m["dest"] != dest) or not os.path.lexists(path):
+            continue  # not ours, or gone with a removed parent
+        original = path.with_name(m["dest"])
+        if m["old"] and not original.exists():
+            os.replace(path, original)
+        elif path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        else:
+            path.unlink()
+        touched.append(path)
+        fsync_dir(path.parent)
+    return touched

@@ -1,25 +1,22 @@
-"""Config dataclasses become command lines: field = flag, field docstring = its help.
+"""Every stage's configuration: plain dataclasses, one field per flag (gpt/cli.py makes them
+command lines), no PyTorch.
 
 One name per knob: a field `block_size` is the flag `--block_size`, the KFP parameter
 `block_size` and the key in saved configs. Validation lives in each config's `__post_init__`
-and raises `ValueError` naming the flag.
+and raises `ValueError` naming the flag, before any file is written or tensor allocated. The
+pipeline's component image (which has no PyTorch, numpy or tiktoken) imports this module to check
+a step's flags before it creates a TrainJob. See docs/architecture.md.
 """
 
 from __future__ import annotations
 
-import argparse
-import ast
 import dataclasses
-import inspect
-import textwrap
-import types
-import typing
-from dataclasses import dataclass
-from typing import Any, Literal, TypeVar
+import re
+from dataclasses import dataclass, field
+from typing import Any, Literal
 
 from gpt.rundir import RunDir, check_run_id
-
-C = TypeVar("C")
+from gpt.sources import DEFAULT_SOURCE
 
 
 @dataclass
@@ -44,7 +41,7 @@ class RunConfig:
 
 @dataclass
 class ModelConfig:
-    """The model's shape, as a person chooses it: `train`'s model flags. `gpt.model.GPTConfig`
+    """The model's shape, as a person chooses it: train-gpt's model flags. `GPTConfig`
     adds the vocabulary size, which comes from the data. The defaults are the training recipe's
     (bench/recipe_trials.md): nanoGPT's CPU "baby GPT" shape with dropout for a small corpus."""
 
@@ -122,94 +119,192 @@ class SamplingConfig:
             raise ValueError(f"--max_new_tokens {self.max_new_tokens!r}: must be >= 1")
 
 
-def field_docs(cls: type) -> dict[str, str]:
-    """The docstring written under each dataclass field, for every class in the MRO."""
-    docs: dict[str, str] = {}
-    for klass in reversed(cls.__mro__):
-        if not dataclasses.is_dataclass(klass):
-            continue
-        tree = ast.parse(textwrap.dedent(inspect.getsource(klass)))
-        body = tree.body[0].body  # type: ignore[attr-defined]
-        for node, nxt in zip(body, body[1:], strict=False):
-            if (
-                isinstance(node, ast.AnnAssign)
-                and isinstance(node.target, ast.Name)
-                and isinstance(nxt, ast.Expr)
-                and isinstance(nxt.value, ast.Constant)
-                and isinstance(nxt.value.value, str)
-            ):
-                docs[node.target.id] = " ".join(nxt.value.value.split())
-    return docs
-
-
-def _bool(text: str) -> bool:
-    low = text.lower()
-    if low in ("1", "true", "yes", "on"):
-        return True
-    if low in ("0", "false", "no", "off"):
-        return False
-    raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
-
-
-def _add_field(parser: argparse.ArgumentParser, f: dataclasses.Field, hint: Any, doc: str) -> None:
-    flag = f"--{f.name}"
-    # the hyphenated spelling (`--idle-timeout`, as DESIGN.md writes it) reaches the same field
-    flags = dict.fromkeys([flag, flag.replace("_", "-")])
-    default = _default(f)
-    origin = typing.get_origin(hint)
-    args = typing.get_args(hint)
-    optional = origin in (typing.Union, types.UnionType) and type(None) in args
-    if optional:
-        hint = next(a for a in args if a is not type(None))
-        origin, args = typing.get_origin(hint), typing.get_args(hint)
-    help_text = f"{doc} (default: {default})" if doc else f"(default: {default})"
-    if hint is bool:
-        parser.add_argument(
-            *flags, type=_bool, default=default, metavar="{true,false}", help=help_text
-        )
-    elif origin is Literal:
-        parser.add_argument(*flags, choices=list(args), default=default, help=help_text)
-    elif origin in (list, tuple):
-        parser.add_argument(*flags, action="append", type=args[0], default=None, help=help_text)
-    elif hint in (int, float, str):
-        parser.add_argument(*flags, type=hint, default=default, help=help_text)
-    else:
-        raise TypeError(f"{flag}: unsupported config field type {hint!r}")
-
-
-def build_parser(cls: type, prog: str, description: str) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog=prog, description=description, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    hints = typing.get_type_hints(cls)
-    docs = field_docs(cls)
-    for f in dataclasses.fields(cls):
-        _add_field(parser, f, hints[f.name], docs.get(f.name, ""))
-    return parser
-
-
-def parse_config(cls: type[C], argv: list[str], prog: str, description: str) -> C:
-    """Parse `argv` into `cls`.
-
-    argparse exits 2 on an unknown flag or a bad value; `__post_init__` raises ValueError.
-    """
-    ns = build_parser(cls, prog, description).parse_args(argv)
-    values = {k: v for k, v in vars(ns).items() if v is not None or _field_default(cls, k) is None}
-    for f in dataclasses.fields(cls):  # repeatable flags given zero times take the field default
-        if f.name not in values:
-            values[f.name] = _field_default(cls, f.name)
-    return cls(**values)
-
-
-def _field_default(cls: type, name: str) -> Any:
-    return _default(next(f for f in dataclasses.fields(cls) if f.name == name))
-
-
-def _default(f: dataclasses.Field) -> Any:
-    return f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
-
-
 def fields_of(cfg: Any, part: type) -> dict[str, Any]:
     """`cfg`'s values of the fields of `part`, one of its dataclass bases (e.g. the model or
     sampling settings of a stage's config), to build a `part` or a subclass of it."""
     return {f.name: getattr(cfg, f.name) for f in dataclasses.fields(part)}
+
+
+@dataclass
+class GPTConfig(ModelConfig):
+    """The shape (n_layer, n_head, n_embd, block_size, dropout, bias: ModelConfig above, where
+    the training flags come from) plus the vocabulary size, which the tokenizer decides."""
+
+    vocab_size: int = 50304
+    """Number of token ids the model embeds: the tokenizer's vocabulary size."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_positive_int("vocab_size", self.vocab_size)
+
+
+# Warmup when --warmup_iters is unset, for runs of 400 steps or more (a quarter of shorter ones).
+DEFAULT_WARMUP_ITERS = 100
+
+
+@dataclass
+class TrainConfig(ModelConfig, RunConfig):
+    """train-gpt's flags: the run directory, the model (ModelConfig), and these."""
+
+    # batch
+    batch_size: int = 12
+    """Sequences per optimizer step, over all ranks and micro-steps together: the effective batch,
+    the same for any number of processes."""
+    grad_accum: int = 1
+    """Micro-steps per rank per optimizer step (to fit memory): each rank computes
+    batch_size / (world size * grad_accum) sequences at a time."""
+    # how long, and how fast
+    max_iters: int = 600
+    """Stop after this many optimizer steps; the learning rate decays to min_lr over them.
+    600 steps of 12 x 64 tokens are ~18 passes over the default corpus: past that it overfits."""
+    time_budget: float = 0.0
+    """Stop after this many seconds of training, counted over restarts (0 = no limit, the
+    default). A budget only picks the step to stop at (the learning rate follows the steps), so
+    the weights equal those of an unbudgeted run at that step; but which step that is depends on
+    the machine, so a budgeted run is not reproducible, and the default sets none."""
+    learning_rate: float = 1e-3
+    """Peak learning rate, reached after warmup_iters."""
+    min_lr: float = 1e-4
+    """Learning rate at the end of the cosine decay."""
+    warmup_iters: int | None = None
+    """Steps of linear learning-rate warmup from 0, fewer than max_iters (unset: 100, or a
+    quarter of max_iters when that is fewer, so a short smoke test needs no other flag)."""
+    weight_decay: float = 0.1
+    """AdamW weight decay, applied to 2-D weights only (not to biases and LayerNorm gains)."""
+    beta2: float = 0.99
+    """AdamW beta2; 0.99 suits small batches, 0.95 large ones."""
+    grad_clip: float = 1.0
+    """Clip the global gradient norm to this (0 = no clipping)."""
+    # reporting and checkpoints
+    eval_interval: int = 250
+    """Evaluate on val.bin every this many steps (and at the end)."""
+    eval_iters: int = 200
+    """Batches per evaluation, at most (a small validation split is evaluated whole)."""
+    log_interval: int = 10
+    """Print progress and append to metrics/train.jsonl every this many steps."""
+    ckpt_interval: int = 500
+    """Write a checkpoint every this many steps (and at the end)."""
+    keep_last: int = 2
+    """Keep the newest this many checkpoints."""
+    resume: Literal["auto", "never", "require"] = "auto"
+    """auto: continue from ckpt/LATEST if there is one; never: start over, removing old
+    checkpoints; require: fail unless there is a checkpoint to continue from."""
+    seed: int = 1337
+    """Seed for initialisation, batches and dropout: equal seeds give equal runs on a CPU."""
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    """Where to train; auto picks CUDA when available (bf16 autocast and TF32 there)."""
+    compile: bool = False
+    """torch.compile the model: pays off on a GPU; on a small CPU model compiling costs more
+    than it saves."""
+
+    def __post_init__(self) -> None:
+        RunConfig.__post_init__(self)
+        ModelConfig.__post_init__(self)
+        positive = ("batch_size", "grad_accum", "max_iters", "eval_interval", "eval_iters",
+                    "log_interval", "ckpt_interval", "keep_last")
+        for name in positive:
+            check_positive_int(name, getattr(self, name))
+        if self.batch_size % self.grad_accum:
+            raise ValueError(f"--batch_size {self.batch_size}: must be divisible by "
+                             f"--grad_accum {self.grad_accum}")
+        if self.warmup_iters is None:
+            self.warmup_iters = min(DEFAULT_WARMUP_ITERS, self.max_iters // 4)
+        if not isinstance(self.warmup_iters, int) or not 0 <= self.warmup_iters < self.max_iters:
+            raise ValueError(
+                f"--warmup_iters {self.warmup_iters}: must be in [0, --max_iters {self.max_iters})"
+            )
+        if not self.time_budget >= 0:
+            raise ValueError(f"--time_budget {self.time_budget}: must be >= 0 (0 = no limit)")
+        if not self.learning_rate > 0:
+            raise ValueError(f"--learning_rate {self.learning_rate}: must be > 0")
+        if not 0 <= self.min_lr <= self.learning_rate:
+            raise ValueError(f"--min_lr {self.min_lr}: must be in [0, --learning_rate]")
+        if not 0 < self.beta2 < 1:
+            raise ValueError(f"--beta2 {self.beta2}: must be in (0, 1)")
+        for name in ("weight_decay", "grad_clip"):
+            if not getattr(self, name) >= 0:
+                raise ValueError(f"--{name} {getattr(self, name)}: must be >= 0")
+
+    def model_config(self, vocab_size: int) -> GPTConfig:
+        return GPTConfig(vocab_size=vocab_size, **fields_of(self, ModelConfig))
+
+
+@dataclass
+class CorpusConfig(RunConfig):
+    """load-corpus's flags: the run directory, the source, the tokenizer, and these."""
+
+    source: str = DEFAULT_SOURCE
+    """What to train on: an http(s) URL, a local .txt file, a local directory (its *.txt files in
+    name order), or 'default' (or empty) for the embedded Comedy of Errors, which needs no
+    network."""
+    tokenizer: Literal["gpt2", "char"] = "gpt2"
+    """gpt2: GPT-2 BPE (tiktoken, offline); char: one token per character of the corpus."""
+    compact: bool = True
+    """gpt2 only: keep just the BPE tokens the corpus uses plus the 256 single bytes, so a small
+    corpus gets a small embedding table (a prompt's unseen tokens are spelt with the kept ones)."""
+    max_vocab: int = 8192
+    """gpt2 with --compact: keep at most this many ids (the 256 bytes, end-of-text and the most
+    frequent BPE tokens); rarer tokens are spelt with the kept ones. 0: no limit."""
+    val_fraction: float = 0.1
+    """Fraction of the cleaned text, taken from its end, held out for validation."""
+    block_size: int = 256
+    """Context length training will use: the corpus must give one block to each split."""
+    overwrite: bool = False
+    """Replace this run's corpus and data even if they came from different inputs."""
+    download_timeout: float = 30.0
+    """Seconds to wait on a URL (connect and each read) before an attempt fails."""
+    download_retries: int = 3
+    """Extra attempts after a failed download (connection errors, timeouts, HTTP 5xx/429)."""
+    download_backoff: float = 1.0
+    """Seconds before the first retry; doubled before each further one."""
+    max_bytes: int = 100_000_000
+    """Refuse a source larger than this many bytes (downloads stop reading past it)."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not 0 < self.val_fraction < 1:
+            raise ValueError(f"--val_fraction {self.val_fraction}: must be in (0, 1)")
+        if self.max_vocab and self.max_vocab < 257:  # the 256 bytes and end-of-text
+            raise ValueError(f"--max_vocab {self.max_vocab}: must be 0 (no limit) or >= 257")
+        if self.block_size < 1:
+            raise ValueError(f"--block_size {self.block_size}: must be at least 1")
+        if not self.download_timeout > 0:
+            raise ValueError(f"--download_timeout {self.download_timeout}: must be positive")
+        if self.download_retries < 0:
+            raise ValueError(f"--download_retries {self.download_retries}: must be >= 0")
+        if self.download_backoff < 0:
+            raise ValueError(f"--download_backoff {self.download_backoff}: must be >= 0")
+        if self.max_bytes < 1:
+            raise ValueError(f"--max_bytes {self.max_bytes}: must be at least 1")
+
+
+_DEVICE = re.compile(r"^(auto|cpu|mps|cuda(:\d+)?)$")
+
+
+@dataclass
+class PromptConfig(SamplingConfig, RunConfig):
+    """generative-prompt's flags: the run directory, the sampling settings, and these."""
+
+    seed: int = 1337
+    """Seed of the first reply's sampling; each later reply uses the next number, so any
+    transcript line can be reproduced with --seed and --prompt."""
+    prompt: list[str] = field(default_factory=list)
+    """Answer this prompt and exit instead of opening the interactive prompt (repeatable)."""
+    idle_timeout: float | None = None
+    """End the interactive session after this many seconds without input (unset: wait forever)."""
+    device: str = "auto"
+    """Where the model runs: auto (cuda if available, else cpu), cpu, cuda, cuda:N, mps."""
+
+    def __post_init__(self) -> None:
+        RunConfig.__post_init__(self)
+        SamplingConfig.__post_init__(self)
+        if self.idle_timeout is not None and not self.idle_timeout > 0:
+            raise ValueError(f"--idle_timeout {self.idle_timeout!r}: must be > 0 seconds")
+        if not _DEVICE.match(self.device):
+            raise ValueError(
+                f"--device {self.device!r}: must be auto, cpu, mps, cuda or cuda:N"
+            )
+
+    @property
+    def sampling(self) -> SamplingConfig:
+        return SamplingConfig(**fields_of(self, SamplingConfig))

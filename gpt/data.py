@@ -10,63 +10,14 @@ windows between them (see `Batches.get`).
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
 from gpt.errors import InputError
-from gpt.rundir import RunDir
-
-DTYPES = ("uint16", "uint32")
-
-
-@dataclass(frozen=True)
-class DataMeta:
-    """`data/meta.json`: what the token files hold."""
-
-    tokenizer: str
-    vocab_size: int
-    dtype: str
-    train_tokens: int
-    val_tokens: int
-    train_bytes: int
-    val_bytes: int
-    corpus_sha256: str
-
-    @classmethod
-    def read(cls, path: Path) -> DataMeta:
-        try:
-            raw = json.loads(path.read_text())
-            meta = cls(**{name: raw[name] for name in cls.__dataclass_fields__})
-        except (OSError, ValueError) as e:
-            raise InputError(f"{path}: unreadable ({e})") from None
-        except KeyError as e:
-            raise InputError(f"{path}: missing key {e}; re-run `python -m gpt corpus`") from None
-        if meta.dtype not in DTYPES:
-            raise InputError(f"{path}: dtype {meta.dtype!r} is not one of {', '.join(DTYPES)}")
-        for name in ("vocab_size", "train_tokens", "val_tokens", "train_bytes", "val_bytes"):
-            value = getattr(meta, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise InputError(f"{path}: {name} {value!r} is not a positive integer")
-        return meta
-
-    def identity(self) -> dict[str, Any]:
-        """What a checkpoint must have been trained on to be resumed on this data."""
-        return {
-            "corpus_sha256": self.corpus_sha256,
-            "tokenizer": self.tokenizer,
-            "vocab_size": self.vocab_size,
-            "train_tokens": self.train_tokens,
-            "val_tokens": self.val_tokens,
-        }
-
-    def bits_per_byte(self, nats_per_token: float) -> float:
-        """Validation loss per byte of cleaned text, in bits: comparable across tokenizers."""
-        return nats_per_token * self.val_tokens / (self.val_bytes * math.log(2))
+from gpt.rundir import DataMeta, RunDir
 
 
 @dataclass(frozen=True)
@@ -78,7 +29,7 @@ class TokenData:
 
     @classmethod
     def load(cls, run: RunDir) -> TokenData:
-        hint = f"run `python -m gpt corpus --root {run.root} --run {run.run}` first"
+        hint = f"run `python -m gpt load-corpus --root {run.root} --run {run.run}` first"
         if not run.data_dir.is_dir():
             raise InputError(f"{run.data_dir}: no training data; {hint}")
         for path in (run.meta_json, run.train_bin, run.val_bin, run.tokenizer_json):

@@ -36,7 +36,7 @@ def load_export(src: Path, device: str = "cpu") -> tuple[GPT, dict[str, Any]]:
     for name in (WEIGHTS, CONFIG, TOKENIZER):
         if not (src / name).is_file():
             raise InputError(
-                f"{src}: no exported model ({name} missing); run `python -m gpt train` first"
+                f"{src}: no exported model ({name} missing); run `python -m gpt train-gpt` first"
             )
     try:
         config = GPTConfig(**json.loads((src / CONFIG).read_text()))

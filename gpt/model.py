@@ -13,26 +13,12 @@ instead of the whole context.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from gpt.config import ModelConfig, check_positive_int
-
-
-@dataclass
-class GPTConfig(ModelConfig):
-    """The shape (n_layer, n_head, n_embd, block_size, dropout, bias: see gpt/config.py, where
-    the training flags come from) plus the vocabulary size, which the tokenizer decides."""
-
-    vocab_size: int = 50304
-    """Number of token ids the model embeds: the tokenizer's vocabulary size."""
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        check_positive_int("vocab_size", self.vocab_size)
+from gpt.config import GPTConfig
 
 
 class KVCache:
@@ -209,6 +195,12 @@ class GPT(nn.Module):
     def num_params(self) -> int:
         """Parameter count (the tied token embedding once: as the output head it does compute)."""
         return sum(p.numel() for p in self.parameters())
+
+    def describe(self) -> str:
+        """The model in one line, for logs and reports (the one place it is spelled out)."""
+        c = self.config
+        return (f"{self.num_params() / 1e6:.2f}M parameters: {c.n_layer} layers x {c.n_head} heads "
+                f"x {c.n_embd} wide, context {c.block_size}, vocab {c.vocab_size}")
 
     def flops_per_token(self) -> float:
         """Training FLOPs per token (forward + backward), as in the PaLM paper's appendix B."""

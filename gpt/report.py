@@ -3,19 +3,30 @@
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from matplotlib.figure import Figure
 
 from gpt import atomic
+from gpt.rundir import RunDir
 
-if TYPE_CHECKING:
-    from gpt.data import DataMeta
-    from gpt.model import GPT
-    from gpt.rundir import RunDir
-    from gpt.train import TrainConfig
-    from gpt.trainer import TrainState
+
+@dataclass(frozen=True)
+class Summary:
+    """What report.md says of a finished run besides its metrics, in the trainer's words."""
+
+    model: str
+    """The model in one line (`GPT.describe`)."""
+    data: str
+    """The data in one line (`DataMeta.describe`)."""
+    training: str
+    """Steps, tokens, time, processes, and what stopped it."""
+    val_loss: float
+    val_bpb: float
+    command: str
+    """The command line that repeats the run."""
 
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
@@ -47,31 +58,23 @@ def plot_losses(records: list[dict[str, Any]], dest: Path) -> None:
         fig.savefig(tmp, format="png", dpi=100)
 
 
-def write(run: RunDir, cfg: TrainConfig, model: GPT, meta: DataMeta, state: TrainState,
-          val: dict[str, float], stopped_by: str, world_size: int, device: str) -> None:
+def write(run: RunDir, summary: Summary) -> None:
     """loss.png and report.md from the whole run's train.jsonl."""
     records = read_jsonl(run.train_jsonl)
     plot_losses(records, run.loss_png)
-    mc = model.config
     train_losses = [r["loss"] for r in records if "loss" in r]
     rows = [
-        ("model", f"{mc.n_layer} layers x {mc.n_head} heads x {mc.n_embd} wide, context "
-                  f"{mc.block_size}, {model.num_params() / 1e6:.2f}M parameters"),
-        ("data", f"{meta.tokenizer} tokenizer, vocab {meta.vocab_size}, {meta.train_tokens:,} "
-                 f"train / {meta.val_tokens:,} validation tokens"),
-        ("training", f"{state.step} steps of {cfg.batch_size} x {cfg.block_size} tokens, "
-                     f"{state.tokens:,} tokens in {state.elapsed_s:.0f} s "
-                     f"({state.tokens / max(state.elapsed_s, 1e-9):,.0f} tokens/s), "
-                     f"{world_size} process(es) on {device}; stopped by {stopped_by}"),
+        ("model", summary.model),
+        ("data", summary.data),
+        ("training", summary.training),
         ("last train loss", f"{train_losses[-1]:.4f} nats/token" if train_losses else "-"),
-        ("validation loss", f"{val['val_loss']:.4f} nats/token = "
-                            f"**{val['val_bpb']:.3f} bits per byte**"),
+        ("validation loss", f"{summary.val_loss:.4f} nats/token = "
+                            f"**{summary.val_bpb:.3f} bits per byte**"),
     ]
-    flags = " ".join(f"--{k} {v}" for k, v in vars(cfg).items() if k not in ("root", "run"))
     text = (
         f"# train-gpt: run `{run.run}`\n\n| | |\n| --- | --- |\n"
         + "".join(f"| {k} | {v} |\n" for k, v in rows)
         + "\n![train and validation loss](loss.png)\n\n"
-        + f"## Settings\n\n```\npython -m gpt train {flags}\n```\n"
+        + f"## Settings\n\n```\n{summary.command}\n```\n"
     )
     atomic.write_text(run.report_md, text)

@@ -1,15 +1,24 @@
 """The run directory: one folder per run under a root (`/gpt` on the cluster, any folder locally).
 
-This is the data contract between the stages; see DESIGN.md. Every path a stage reads or writes
-is named here and nowhere else.
+This is the data contract between the stages (docs/architecture.md, "The run directory"). Every
+path of a run directory is named here and nowhere else (the files inside one checkpoint or one
+export are gpt/checkpoint.py's and gpt/export.py's): `RunDir.meta_json` is a `RunFile`,
+the file's place inside any run (`RunDir.meta_json.rel == "data/meta.json"`), and
+`rundir.meta_json` its path in one run. `data/meta.json` itself is `DataMeta`, written and read
+through that one class.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import json
+import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, overload
 
+from gpt import atomic
 from gpt.errors import InputError
 
 # A run id becomes a directory name (and, on the cluster, part of a TrainJob name): keep it to a
@@ -27,6 +36,27 @@ def check_run_id(run: str) -> str:
 
 
 @dataclass(frozen=True)
+class RunFile:
+    """A file or folder of every run directory, by its path inside it (`data/meta.json`).
+
+    On the class, `RunDir.meta_json` is this reference (what a stage names as its output); on a
+    run, `rundir.meta_json` is the `Path` in that run.
+    """
+
+    rel: str
+
+    @overload
+    def __get__(self, rundir: None, owner: type) -> RunFile: ...
+    @overload
+    def __get__(self, rundir: RunDir, owner: type) -> Path: ...
+    def __get__(self, rundir: RunDir | None, owner: type | None = None) -> RunFile | Path:
+        return self if rundir is None else rundir.path / self.rel
+
+    def __str__(self) -> str:
+        return self.rel
+
+
+@dataclass(frozen=True)
 class RunDir:
     """Paths inside `<root>/<run>/`."""
 
@@ -41,75 +71,127 @@ class RunDir:
     def path(self) -> Path:
         return self.root / self.run
 
+    @property
+    def lock(self) -> Path:
+        """The run's lock (gpt/runlock.py): beside the run directory, not in it."""
+        return self.root / f".{self.run}.lock"
+
     # corpus/: the text as it was cleaned, and where it came from
-    @property
-    def corpus_dir(self) -> Path:
-        return self.path / "corpus"
-
-    @property
-    def source_json(self) -> Path:
-        return self.corpus_dir / "source.json"
-
-    @property
-    def text_txt(self) -> Path:
-        return self.corpus_dir / "text.txt"
-
+    corpus_dir = RunFile("corpus")
+    source_json = RunFile("corpus/source.json")
+    text_txt = RunFile("corpus/text.txt")
     # data/: token ids and the tokenizer, what training reads
-    @property
-    def data_dir(self) -> Path:
-        return self.path / "data"
-
-    @property
-    def train_bin(self) -> Path:
-        return self.data_dir / "train.bin"
-
-    @property
-    def val_bin(self) -> Path:
-        return self.data_dir / "val.bin"
-
-    @property
-    def tokenizer_json(self) -> Path:
-        return self.data_dir / "tokenizer.json"
-
-    @property
-    def meta_json(self) -> Path:
-        return self.data_dir / "meta.json"
-
+    data_dir = RunFile("data")
+    train_bin = RunFile("data/train.bin")
+    val_bin = RunFile("data/val.bin")
+    tokenizer_json = RunFile("data/tokenizer.json")
+    meta_json = RunFile("data/meta.json")
     # ckpt/: resumable training state
-    @property
-    def ckpt_dir(self) -> Path:
-        return self.path / "ckpt"
-
-    @property
-    def latest(self) -> Path:
-        return self.ckpt_dir / "LATEST"
+    ckpt_dir = RunFile("ckpt")
+    latest = RunFile("ckpt/LATEST")
+    # model/: the exported model the prompt stage loads
+    model_dir = RunFile("model")
+    # metrics/: what a person reads about training
+    metrics_dir = RunFile("metrics")
+    train_jsonl = RunFile("metrics/train.jsonl")
+    loss_png = RunFile("metrics/loss.png")
+    report_md = RunFile("metrics/report.md")
+    # prompt/: the conversation with the trained model
+    transcript_jsonl = RunFile("prompt/transcript.jsonl")
 
     def ckpt_step(self, step: int) -> Path:
         return self.ckpt_dir / f"step-{step}"
 
-    # model/: the exported model the prompt stage loads
-    @property
-    def model_dir(self) -> Path:
-        return self.path / "model"
 
-    # metrics/: what a person reads about training
-    @property
-    def metrics_dir(self) -> Path:
-        return self.path / "metrics"
+# ---- data/meta.json ---------------------------------------------------------------------------
 
-    @property
-    def train_jsonl(self) -> Path:
-        return self.metrics_dir / "train.jsonl"
+DTYPES = ("uint16", "uint32")
 
-    @property
-    def loss_png(self) -> Path:
-        return self.metrics_dir / "loss.png"
 
-    @property
-    def report_md(self) -> Path:
-        return self.metrics_dir / "report.md"
+def dtype_for(vocab_size: int) -> str:
+    """The token files' dtype: the smallest of DTYPES that holds every id."""
+    return "uint16" if vocab_size < 2**16 else "uint32"
 
-    # prompt/: the conversation with the trained model
-    @property
-    def transcript_jsonl(self) -> Path:
-        return self.path / "prompt" / "transcript.jsonl"
+
+@dataclass(frozen=True)
+class CorpusInputs:
+    """What decides a run's corpus and data: equal inputs mean a rerun has nothing to do."""
+
+    source: str
+    tokenizer: str
+    compact: bool
+    max_vocab: int
+    val_fraction: float
+    block_size: int
+    corpus_sha256: str
+
+    def changed(self, old: dict[str, Any]) -> list[str]:
+        """The input names whose value in `old` (an earlier meta.json) differs from this one."""
+        return [k for k, v in dataclasses.asdict(self).items() if old.get(k) != v]
+
+
+@dataclass(frozen=True)
+class DataMeta(CorpusInputs):
+    """`data/meta.json`: the inputs that made the data, and what the token files hold.
+
+    load-corpus writes it (`write`), train-gpt reads it (`read`); nothing else spells its keys.
+    """
+
+    vocab_size: int
+    eot_id: int | None
+    dtype: str
+    train_tokens: int
+    val_tokens: int
+    train_bytes: int
+    val_bytes: int
+
+    def write(self, path: Path) -> None:
+        atomic.write_json(path, dataclasses.asdict(self))
+
+    @staticmethod
+    def read_raw(path: Path) -> dict[str, Any]:
+        """meta.json as a plain dict, {} when it is missing or unreadable (an earlier run's,
+        compared key by key)."""
+        try:
+            raw = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return {}
+        return raw if isinstance(raw, dict) else {}
+
+    @classmethod
+    def read(cls, path: Path) -> DataMeta:
+        try:
+            raw = json.loads(path.read_text())
+            meta = cls(**{f.name: raw[f.name] for f in dataclasses.fields(cls)})
+        except (OSError, ValueError) as e:
+            raise InputError(f"{path}: unreadable ({e})") from None
+        except KeyError as e:
+            raise InputError(
+                f"{path}: missing key {e}; re-run `python -m gpt load-corpus`"
+            ) from None
+        if meta.dtype not in DTYPES:
+            raise InputError(f"{path}: dtype {meta.dtype!r} is not one of {', '.join(DTYPES)}")
+        for name in ("vocab_size", "train_tokens", "val_tokens", "train_bytes", "val_bytes"):
+            value = getattr(meta, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise InputError(f"{path}: {name} {value!r} is not a positive integer")
+        return meta
+
+    def identity(self) -> dict[str, Any]:
+        """What a checkpoint must have been trained on to be resumed on this data."""
+        return {
+            "corpus_sha256": self.corpus_sha256,
+            "tokenizer": self.tokenizer,
+            "vocab_size": self.vocab_size,
+            "train_tokens": self.train_tokens,
+            "val_tokens": self.val_tokens,
+        }
+
+    def describe(self) -> str:
+        """The data in one line, for logs and reports."""
+        return (f"{self.tokenizer} tokenizer, vocab {self.vocab_size}, {self.train_tokens:,} "
+                f"train / {self.val_tokens:,} validation tokens")
+
+    def bits_per_byte(self, nats_per_token: float) -> float:
+        """Validation loss per byte of cleaned text, in bits: comparable across tokenizers."""
+        return nats_per_token * self.val_tokens / (self.val_bytes * math.log(2))

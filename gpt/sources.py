@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import hashlib
 import http.client
+import os
 import re
+import stat
 import time
 import urllib.error
 import urllib.request
@@ -77,12 +79,25 @@ def kind_of(source: str) -> str:
                 "(use an http(s) URL, a local file or directory, or 'default')"
             )
         return "url"
-    path = Path(source)
-    if path.is_dir():
+    try:
+        mode = Path(source).stat().st_mode  # follows symlinks: what a read would open
+    except FileNotFoundError:
+        raise InputError(f"--source {source!r}: no such file or directory") from None
+    except OSError as e:
+        raise InputError(f"--source {source!r}: cannot read: {e.strerror or e}") from None
+    if stat.S_ISDIR(mode):
         return "dir"
-    if path.exists():
+    if stat.S_ISREG(mode):
         return "file"
-    raise InputError(f"--source {source!r}: no such file or directory")
+    raise InputError(f"--source {source!r}: {_file_type(mode)}, not a regular file or directory")
+
+
+def _file_type(mode: int) -> str:
+    for test, name in ((stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+                       (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return name
+    return "a special file"
 
 
 def canonical(source: str) -> str:
@@ -103,23 +118,40 @@ def read_source(source: str, dl: Download) -> list[Document]:
         return [to_document(source, fetch_url(source, dl))]
     if kind == "file":
         return [to_document(str(Path(source).resolve()), read_file(Path(source), dl.max_bytes))]
-    files = sorted(p for p in Path(source).glob("*.txt") if p.is_file())
+    files = sorted(p for p in Path(source).glob("*.txt") if not p.is_dir())
     if not files:
         raise InputError(f"--source {source!r}: directory holds no *.txt files")
+    for p in files:
+        kind_of(str(p))  # a FIFO or device named *.txt is refused, not read forever
     total = sum(p.stat().st_size for p in files)
     if total > dl.max_bytes:
         raise InputError(f"--source {source!r}: {total} bytes exceeds --max_bytes {dl.max_bytes}")
-    return [to_document(str(p.resolve()), read_file(p, dl.max_bytes)) for p in files]
+    docs, left = [], dl.max_bytes  # the cap holds for the whole directory, growing files too
+    for p in files:
+        raw = read_file(p, left)
+        left -= len(raw)
+        docs.append(to_document(str(p.resolve()), raw))
+    return docs
 
 
 def read_file(path: Path, max_bytes: int) -> bytes:
+    """A regular file's bytes, at most `max_bytes` of them even if it grows while read."""
     size = path.stat().st_size
     if size > max_bytes:
         raise InputError(f"--source {str(path)!r}: {size} bytes exceeds --max_bytes {max_bytes}")
     try:
-        return path.read_bytes()
+        # O_NONBLOCK: should the path have become a FIFO since it was checked, open() returns
+        # at once instead of waiting for a writer.
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        with os.fdopen(fd, "rb") as f:
+            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+                raise InputError(f"--source {str(path)!r}: not a regular file")
+            data = f.read(max_bytes + 1)
     except OSError as e:
         raise InputError(f"--source {str(path)!r}: cannot read: {e.strerror or e}") from None
+    if len(data) > max_bytes:
+        raise InputError(f"--source {str(path)!r}: more than --max_bytes {max_bytes} bytes")
+    return data
 
 
 def fetch_url(url: str, dl: Download) -> bytes:

@@ -1,4 +1,8 @@
-"""The training loop: one `Trainer` per process, the same code for one process or many.
+"""train-gpt: `python -m gpt train-gpt` (one process) or `torchrun ... -m gpt -- train-gpt` (DDP).
+
+Reads `data/` of the run, trains a GPT, and writes `ckpt/`, `metrics/` and the exported `model/`;
+its flags are gpt/config.py's TrainConfig. The training loop: one `Trainer` per process, the same
+code for one process or many.
 
 Under torchrun every rank builds the same model from the same seed, trains its share of each
 step's windows, and DDP averages the gradients; rank 0 alone writes files. What a restart needs
@@ -11,24 +15,24 @@ import contextlib
 import dataclasses
 import math
 import random
+import shlex
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import torch
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from gpt import checkpoint, faults, report
+from gpt import checkpoint, distributed, faults, report
 from gpt.atomic import append_jsonl
+from gpt.config import TrainConfig
 from gpt.data import Batches, TokenData, eval_batches, eval_offsets
 from gpt.distributed import World
 from gpt.errors import InputError
 from gpt.export import save_export
 from gpt.model import GPT
-
-if TYPE_CHECKING:
-    from gpt.train import TrainConfig
+from gpt.stages import TRAIN_GPT, to_args
 
 # Dense bf16 peak FLOP/s, for MFU. A GPU not listed shows no MFU rather than a wrong one.
 PEAK_FLOPS = {"H100 PCIe": 756e12, "H100": 989e12, "H200": 989e12, "A100": 312e12, "L4": 121e12}
@@ -45,21 +49,24 @@ class TrainState:
 
     step: int = 0
     """Optimizer steps done. Also the data position: step s trains on the windows drawn from
-    (seed, s), and the learning rate is a function of (step, elapsed_s)."""
+    (seed, s), and the learning rate is a function of s alone."""
     elapsed_s: float = 0.0
-    """Training wall time summed over every attempt: what --time_budget counts."""
+    """Training wall time summed over every attempt: what --time_budget counts. It decides only
+    when a budgeted run stops, never what a step computes, so runs stay reproducible."""
     tokens: int = 0
     """Tokens trained on, over all ranks."""
 
 
-def lr_at(cfg: TrainConfig, step: int, elapsed_s: float) -> float:
-    """Linear warmup, then cosine decay to min_lr over the steps or the time budget, whichever
-    is further along (so a run stopped by the clock still ends at a low learning rate)."""
+def lr_at(cfg: TrainConfig, step: int) -> float:
+    """Linear warmup, then cosine decay to min_lr at max_iters.
+
+    A function of the step alone: the wall clock never reaches the arithmetic, so equal seeds give
+    equal weights and a resumed run continues exactly where it stopped. A --time_budget only
+    picks the step to stop at.
+    """
     if step < cfg.warmup_iters:
         return cfg.learning_rate * (step + 1) / (cfg.warmup_iters + 1)
     progress = (step - cfg.warmup_iters) / (cfg.max_iters - cfg.warmup_iters)
-    if cfg.time_budget:
-        progress = max(progress, elapsed_s / cfg.time_budget)
     coeff = 0.5 * (1.0 + math.cos(math.pi * min(progress, 1.0)))
     return cfg.min_lr + coeff * (cfg.learning_rate - cfg.min_lr)
 
@@ -179,14 +186,11 @@ class Trainer:
 
     def fit(self) -> None:
         cfg, st, world = self.cfg, self.state, self.world
-        mc = self.model.config
         self.log(
-            f"train-gpt: {self.model.num_params() / 1e6:.2f}M parameters ({mc.n_layer} layers, "
-            f"{mc.n_head} heads, {mc.n_embd} wide, context {mc.block_size}, vocab "
-            f"{mc.vocab_size}) | {world.size} process(es) on {self.device.type}, "
-            f"{torch.get_num_threads()} thread(s) each | {cfg.batch_size} x {cfg.block_size} = "
-            f"{self.tokens_per_step:,} tokens per step | {self.data.meta.train_tokens:,} train, "
-            f"{self.data.meta.val_tokens:,} val tokens"
+            f"train-gpt: {self.model.describe()} | {world.size} process(es) on "
+            f"{self.device.type}, {torch.get_num_threads()} thread(s) each | {cfg.batch_size} x "
+            f"{cfg.block_size} = {self.tokens_per_step:,} tokens per step | "
+            f"{self.data.meta.describe()}"
         )
         if self.resumed_from:
             self.log(f"resumed from {self.resumed_from}: step {st.step}, "
@@ -195,11 +199,11 @@ class Trainer:
         self._mark = (start, st.step)
         last_val: dict[str, float] | None = None
         while not self.done():
-            lr = lr_at(cfg, st.step, st.elapsed_s)
+            lr = lr_at(cfg, st.step)
             loss = self._train_step(lr)
             st.step += 1
             st.tokens += self.tokens_per_step
-            # Rank 0's clock decides, so every rank takes the same lr and stops at the same step.
+            # Rank 0's clock decides, so every rank stops at the same step.
             st.elapsed_s = world.from_main(start_elapsed + time.perf_counter() - start)
             faults.step_done(st.step, world.rank)
             record: dict[str, Any] = {}
@@ -208,7 +212,8 @@ class Trainer:
             if st.step % cfg.eval_interval == 0 or self.done():
                 record |= (last_val := self.evaluate())
             if record and world.is_main:
-                append_jsonl(self.run.train_jsonl, {"step": st.step, **record})
+                append_jsonl(self.run.train_jsonl,
+                             {"step": st.step, "elapsed_s": st.elapsed_s, **record})
             if st.step % cfg.ckpt_interval == 0 or self.done():
                 self._save()
         if last_val is None:  # nothing left to train: a restart after the end re-exports
@@ -258,8 +263,7 @@ class Trainer:
         if cfg.time_budget:
             eta = min(eta, cfg.time_budget - st.elapsed_s)
         mfu = ""
-        record = {"loss": loss_value, "lr": lr, "tokens_per_s": tokens_per_s,
-                  "elapsed_s": st.elapsed_s}
+        record = {"loss": loss_value, "lr": lr, "tokens_per_s": tokens_per_s}
         if self.peak_flops:
             record["mfu"] = self.model.flops_per_token() * tokens_per_s / self.peak_flops
             mfu = f" | MFU {record['mfu']:.1%}"
@@ -308,10 +312,31 @@ class Trainer:
         cfg, st, run = self.cfg, self.state, self.run
         save_export(self.model, self.data.tokenizer, run.model_dir)
         stopped_by = "max_iters" if st.step >= cfg.max_iters else "time_budget"
-        report.write(run, cfg, self.model, self.data.meta, st, val, stopped_by, self.world.size,
-                     self.device.type)
+        settings = {k: v for k, v in vars(cfg).items() if k not in ("root", "run")}
+        report.write(run, report.Summary(
+            model=self.model.describe(),
+            data=self.data.meta.describe(),
+            training=(
+                f"{st.step} steps of {cfg.batch_size} x {cfg.block_size} tokens, "
+                f"{st.tokens:,} tokens in {st.elapsed_s:.0f} s "
+                f"({st.tokens / max(st.elapsed_s, 1e-9):,.0f} tokens/s), "
+                f"{self.world.size} process(es) on {self.device.type}; stopped by {stopped_by}"
+            ),
+            val_loss=val["val_loss"],
+            val_bpb=val["val_bpb"],
+            command=shlex.join(TRAIN_GPT.command(to_args(settings))),
+        ))
         self.log(
             f"done: {st.step} steps, {st.tokens:,} tokens in {_duration(st.elapsed_s)} "
             f"(stopped by {stopped_by}); val {val['val_loss']:.4f} nats/token, "
             f"{val['val_bpb']:.3f} bits/byte; model in {run.model_dir}, report in {run.report_md}"
         )
+
+
+def main(cfg: TrainConfig) -> None:
+    """The stage: set up this process's place among the ranks, train, tear down."""
+    world = distributed.setup(cfg.device)
+    try:
+        Trainer(cfg, world).fit()
+    finally:
+        distributed.teardown(world)

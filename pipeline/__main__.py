@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -59,20 +60,38 @@ def _value(text: str) -> Any:
 def run_local(package: Path, root: Path, run: str, overrides: dict[str, Any]) -> dict[str, Any]:
     """Run the compiled pipeline with kfp.local's SubprocessRunner, under root/run.
 
-    kfp.local deletes its workspace directory when the pipeline ends, so it gets a temporary one
-    of its own (never root); step outputs (metrics, report, transcript) go to root/kfp-outputs.
+    The run's lock (gpt/runlock.py) is held for the whole pipeline, so a second pipeline on the
+    same run fails at once instead of interleaving its stages with ours; the stages, our child
+    processes, run under it. kfp.local deletes its workspace directory when the pipeline ends,
+    so it gets a temporary one of its own (never root); the steps' outputs (metrics, report,
+    transcript) are staged and land in root/kfp-outputs/<run>/ when the pipeline succeeds, so a
+    pipeline killed half-way leaves none of them behind.
     """
     from kfp import components, local
 
+    from gpt import atomic, runlock
+    from gpt.rundir import RunDir
+
     root = root.resolve()
-    local.init(
-        runner=local.SubprocessRunner(use_venv=False),
-        pipeline_root=str(root / "kfp-outputs"),
-        raise_on_error=True,
-    )
-    pipeline = components.load_component_from_file(str(package))
-    arguments = {"backend": "local", "root": str(root), "run": run, **overrides}
-    return pipeline(**arguments)
+    rundir = RunDir.of(root, run)
+    outputs = root / "kfp-outputs" / run
+    with runlock.hold(rundir, "python -m pipeline run-local"):
+        atomic.sweep(outputs.parent, run)  # what a killed pipeline of this run staged
+        os.environ.update(runlock.environment_for_children(rundir))
+        try:
+            with atomic.staged_dir(outputs) as staged:
+                local.init(
+                    runner=local.SubprocessRunner(use_venv=False),
+                    pipeline_root=str(staged),
+                    raise_on_error=True,
+                )
+                pipeline = components.load_component_from_file(str(package))
+                arguments = {"backend": "local", "root": str(root), "run": run, **overrides}
+                result = pipeline(**arguments)
+        finally:
+            del os.environ[runlock.LOCK_ENV]
+    print(f"step outputs (metrics, report, transcript): {outputs}")
+    return result
 
 
 def main(argv: list[str] | None = None) -> int:

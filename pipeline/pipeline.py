@@ -36,12 +36,13 @@ def gpt_trainjobs_pipeline(
     # training: length, scale-out
     batch_size: int = 12,
     max_iters: int = 600,
-    time_budget: float = 120.0,
+    time_budget: float = 0.0,
     learning_rate: float = 1e-3,
-    warmup_iters: int = 100,
+    warmup_iters: int = -1,
     eval_interval: int = 250,
     eval_iters: int = 200,
     log_interval: int = 10,
+    ckpt_interval: int = 500,
     seed: int = 1337,
     num_nodes: int = 1,
     num_proc_per_node: int = 1,
@@ -79,12 +80,13 @@ def gpt_trainjobs_pipeline(
         dropout: Dropout probability.
         batch_size: Sequences per optimizer step, over all processes.
         max_iters: Optimizer steps at most.
-        time_budget: Seconds of training at most (0: no limit).
+        time_budget: Seconds of training at most (0: no limit; a budget is not reproducible).
         learning_rate: Peak learning rate.
-        warmup_iters: Steps of linear learning-rate warmup (fewer than max_iters).
+        warmup_iters: Warmup steps, fewer than max_iters; -1: 100, at most max_iters / 4.
         eval_interval: Steps between validation evaluations.
         eval_iters: Validation batches per evaluation, at most.
         log_interval: Steps between metrics lines.
+        ckpt_interval: Steps between checkpoints, which a restarted or re-run step resumes from.
         seed: Seed of training and of the first reply's sampling.
         num_nodes: Training nodes (TrainJob numNodes).
         num_proc_per_node: Training processes per node (TrainJob numProcPerNode).
@@ -130,6 +132,7 @@ def gpt_trainjobs_pipeline(
         eval_interval=eval_interval,
         eval_iters=eval_iters,
         log_interval=log_interval,
+        ckpt_interval=ckpt_interval,
         seed=seed,
         num_nodes=num_nodes,
         num_proc_per_node=num_proc_per_node,

@@ -161,6 +161,23 @@ def kubeconfig_env(apiserver: ApiServer, monkeypatch) -> ApiServer:
     return apiserver
 
 
+def apply_cluster_object(api, body: dict, plural: str = "clustertrainingruntimes") -> dict:
+    """Create a cluster-scoped Trainer object, or replace the one of that name (`kubectl apply`
+    in spirit): tests that share the server may apply the same runtimes."""
+    from kubernetes.client.rest import ApiException
+
+    try:
+        return api.create_cluster_custom_object(GROUP, VERSION, plural, body)
+    except ApiException as e:
+        if e.status != 409:
+            raise
+    name = body["metadata"]["name"]
+    current = api.get_cluster_custom_object(GROUP, VERSION, plural, name)
+    body = {**body, "metadata": {**body["metadata"],
+                                 "resourceVersion": current["metadata"]["resourceVersion"]}}
+    return api.replace_cluster_custom_object(GROUP, VERSION, plural, name, body)
+
+
 # ---- playing the Trainer controller ------------------------------------------------------------
 
 

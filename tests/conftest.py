@@ -9,6 +9,9 @@ import pytest
 # The test API server, started once for the whole session (tests/apiserver.py).
 from apiserver import apiserver, custom_api, kubeconfig_env  # noqa: E402, F401
 
+# The Trainer-faithful test cluster on that server (tests/cluster/).
+from cluster import trainer_cluster  # noqa: E402, F401
+
 PROJECT = Path(__file__).resolve().parent.parent
 SHARED = PROJECT.parent / "shared"
 

@@ -73,7 +73,8 @@ def test_sigkill_during_a_checkpoint_write_keeps_latest_on_the_previous_one(root
     run = write_data(root, "r")
     flags = ["--max_iters", "15", "--ckpt_interval", "5", "--keep_last", "5",
              "--eval_interval", "5"]
-    cmd = [sys.executable, "-m", "gpt", "train", "--root", str(root), "--run", "r", *TINY, *flags]
+    cmd = [sys.executable, "-m", "gpt", "train-gpt", "--root", str(root), "--run", "r", *TINY,
+           *flags]
     env = {**os.environ, **ONE_THREAD, "GPT_FAULT": "stall-checkpoint@10"}
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             env=env)

@@ -9,7 +9,8 @@ from typing import Literal
 
 import pytest
 
-from gpt.config import RunConfig, build_parser, field_docs, parse_config
+from gpt.cli import build_parser, field_docs, parse_config
+from gpt.config import RunConfig
 
 
 @dataclass
@@ -61,8 +62,8 @@ def run_gpt(*args: str) -> subprocess.CompletedProcess:
 
 def test_gpt_help_lists_stages_and_unknown_stage_exits_2() -> None:
     out = run_gpt("--help")
-    assert out.returncode == 0 and "corpus" in out.stdout
+    assert out.returncode == 0 and "load-corpus" in out.stdout
     bad = run_gpt("nonsense")
     assert bad.returncode == 2 and "unknown stage 'nonsense'" in bad.stderr
-    # torchrun -m gpt -- train ...: a leading "--" some Pythons' argparse passes on is skipped
+    # torchrun -m gpt -- train-gpt ...: a leading "--" some Pythons' argparse passes on is skipped
     assert run_gpt("--", "--help").returncode == 0

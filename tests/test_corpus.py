@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 import gpt.corpus
-from gpt.corpus import CorpusConfig, main, split
+from gpt.config import CorpusConfig
+from gpt.corpus import main, split
 from gpt.errors import InputError
 from gpt.tokenizer import load_tokenizer
 
@@ -22,7 +23,7 @@ COMEDY_SHA256 = "1e5f9faa9879d172aaaaf8828def61ad2a0c0ad1ecee149f634d65c3f67809e
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "gpt", "corpus", *args], capture_output=True, text=True
+        [sys.executable, "-m", "gpt", "load-corpus", *args], capture_output=True, text=True
     )
 
 

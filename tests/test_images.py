@@ -153,7 +153,7 @@ def runtime_security_contexts() -> list[dict]:
 
 def test_workload_image_user_matches_the_runtimes() -> None:
     contexts = runtime_security_contexts()
-    assert len(contexts) == 3, "expected the three runtimes gpt-load-corpus/train/generative-prompt"
+    assert len(contexts) == 3, "expected the runtimes gpt-load-corpus/train-gpt/generative-prompt"
     ids = {(c["runAsUser"], c["runAsGroup"], c["fsGroup"]) for c in contexts}
     assert len(ids) == 1, f"the runtimes disagree on their user: {ids}"
     uid, gid, fs_group = ids.pop()

@@ -6,6 +6,7 @@ the launcher created, and the launcher must react (watch, not polling sleeps).
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import subprocess
 import time
@@ -13,20 +14,26 @@ import time
 import pytest
 from apiserver import Controller, condition, namespace
 
-from components import launcher
+from components import launcher, podlogs
 from components.launcher import GROUP, PLURAL, VERSION, TrainJobSpec
+from components.placement import Placement
+from components.stagelog import LOG_TAIL_LINES, emit_script, files_from_log
 
 RFC1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 SPEC = TrainJobSpec(
     stage="train-gpt",
-    runtime="gpt-train",
+    runtime="gpt-train-gpt",
     image="example.com/gpt-workload:test",
-    command=["python", "-m", "gpt", "train"],
+    command=["python", "-m", "gpt", "train-gpt"],
     args=["--max_iters", "10"],
     env={"A": "1"},
-    num_nodes=2,
-    num_proc_per_node=3,
+    placement=Placement(num_nodes=2, num_proc_per_node=3, timeout=30),
 )
+
+
+def within(timeout: float) -> TrainJobSpec:
+    """SPEC with another deadline."""
+    return dataclasses.replace(SPEC, placement=dataclasses.replace(SPEC.placement, timeout=timeout))
 
 
 # ---- names and spec -----------------------------------------------------------------------------
@@ -52,7 +59,7 @@ def test_name_keeps_the_run_readable():
 def test_spec_sets_only_runtime_ref_and_trainer():
     body = launcher.build_trainjob(SPEC, "train-gpt-demo-abc123", "training", "Run 1/x")
     assert set(body["spec"]) == {"runtimeRef", "trainer"}
-    assert body["spec"]["runtimeRef"] == {"name": "gpt-train"}
+    assert body["spec"]["runtimeRef"] == {"name": "gpt-train-gpt"}
     trainer = body["spec"]["trainer"]
     assert set(trainer) <= {
         "image", "command", "args", "env", "numNodes", "numProcPerNode", "resourcesPerNode"
@@ -73,47 +80,56 @@ def test_files_come_back_through_the_log_of_a_real_shell(tmp_path):
     png = bytes(range(256)) * 300  # binary, many base64 lines
     (run / "metrics" / "loss.png").write_bytes(png)
     (run / "metrics" / "train.jsonl").write_text('{"step": 0}\n')
-    script = launcher.emit_script(str(run), ["metrics/loss.png", "metrics/train.jsonl", "nope.txt"])
+    script = emit_script(str(run), ["metrics/loss.png", "metrics/train.jsonl", "nope.txt"])
     out = subprocess.run(
         ["sh", "-c", script, "stage", "echo", "training output"],
         capture_output=True, text=True, check=True,
     )  # fmt: skip
     assert out.stdout.startswith("training output\n")
-    files = launcher.files_from_log(out.stdout)
+    files = files_from_log(out.stdout)
     assert files == {"metrics/loss.png": png, "metrics/train.jsonl": b'{"step": 0}\n'}
     # A TTY (the prompt's container) turns every newline into \r\n.
-    assert launcher.files_from_log(out.stdout.replace("\n", "\r\n")) == files
+    assert files_from_log(out.stdout.replace("\n", "\r\n")) == files
 
 
 def test_failing_stage_keeps_its_exit_code_and_prints_nothing(tmp_path):
     (tmp_path / "f").write_text("x")
-    script = launcher.emit_script(str(tmp_path), ["f"])
+    script = emit_script(str(tmp_path), ["f"])
     out = subprocess.run(["sh", "-c", script, "stage", "sh", "-c", "exit 3"], capture_output=True)
     assert out.returncode == 3 and b"gpt-trainjobs file" not in out.stdout
 
 
 def test_only_node_zero_prints_files(tmp_path):
     (tmp_path / "f").write_text("x")
-    script = launcher.emit_script(str(tmp_path), ["f"])
+    script = emit_script(str(tmp_path), ["f"])
     out = subprocess.run(
         ["sh", "-c", script, "stage", "true"], capture_output=True, text=True,
         env={"PET_NODE_RANK": "1", "PATH": "/usr/bin:/bin"},
     )  # fmt: skip
-    assert launcher.files_from_log(out.stdout) == {}
+    assert files_from_log(out.stdout) == {}
 
 
 # ---- against the API server ---------------------------------------------------------------------
 
 
-def fake_log(ns, name, tail):
-    return f"log of {name} (tail={tail})\nline two"
+class FakePods:
+    """A `PodLogs` with one node-0 pod per TrainJob, whose log names its TrainJob and tail."""
+
+    def pods(self, ns, trainjob):
+        return [f"{trainjob}-node-0-0-abcde"]
+
+    def log(self, ns, pod, tail):
+        return f"log of {pod.removesuffix('-node-0-0-abcde')} (tail={tail})\nline two"
+
+
+fake_log = FakePods()
 
 
 @pytest.mark.apiserver
 def test_returns_on_complete_within_a_second(custom_api):
     ns = namespace()
     ctl = Controller(custom_api, ns, condition("Complete", "JobsCompleted", "done"), delay=1.0)
-    outcome = launcher.launch(SPEC, ns, "demo", 30, api=custom_api, log_reader=fake_log)
+    outcome = launcher.launch(SPEC, ns, "demo", api=custom_api, pods=fake_log)
     returned_at = time.monotonic()
     assert ctl.error is None
     assert outcome.name == ctl.created["metadata"]["name"]
@@ -123,7 +139,7 @@ def test_returns_on_complete_within_a_second(custom_api):
     assert outcome.log.startswith(f"log of {outcome.name} (tail=None)")
     # What the server accepted is what the launcher built: the CRD schema and CEL rules passed.
     stored = custom_api.get_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, outcome.name)
-    assert stored["spec"]["runtimeRef"]["name"] == "gpt-train"
+    assert stored["spec"]["runtimeRef"]["name"] == "gpt-train-gpt"
     assert stored["spec"]["trainer"]["numProcPerNode"] == 3
 
 
@@ -132,10 +148,10 @@ def test_raises_with_reason_message_and_log_tail_on_failed(custom_api):
     ns = namespace()
     Controller(custom_api, ns, condition("Failed", "BackoffLimitExceeded", "node-0 exited 2"))
     with pytest.raises(launcher.TrainJobFailed) as err:
-        launcher.launch(SPEC, ns, "demo", 30, api=custom_api, log_reader=fake_log)
+        launcher.launch(SPEC, ns, "demo", api=custom_api, pods=fake_log)
     text = str(err.value)
     assert "BackoffLimitExceeded: node-0 exited 2" in text
-    assert f"(tail={launcher.LOG_TAIL_LINES})" in text and "line two" in text
+    assert f"(tail={LOG_TAIL_LINES})" in text and "line two" in text
 
 
 @pytest.mark.apiserver
@@ -144,7 +160,7 @@ def test_deletes_and_raises_on_timeout(custom_api):
     ctl = Controller(custom_api, ns, None)  # a controller that never finishes the job
     start = time.monotonic()
     with pytest.raises(launcher.TrainJobTimeout, match="did not finish within 2 s; deleted it"):
-        launcher.launch(SPEC, ns, "demo", 2, api=custom_api, log_reader=fake_log)
+        launcher.launch(within(2), ns, "demo", api=custom_api, pods=fake_log)
     assert time.monotonic() - start < 4
     ctl.join(5)
     assert ctl.created is not None
@@ -156,7 +172,7 @@ def test_watch_resumes_after_its_window_ends(custom_api, monkeypatch):
     monkeypatch.setattr(launcher, "WATCH_WINDOW_S", 1)
     ns = namespace()
     ctl = Controller(custom_api, ns, condition("Complete", "JobsCompleted", "done"), delay=2.5)
-    launcher.launch(SPEC, ns, "demo", 30, api=custom_api, log_reader=fake_log)
+    launcher.launch(SPEC, ns, "demo", api=custom_api, pods=fake_log)
     assert time.monotonic() - ctl.patched_at < 1.0
 
 
@@ -184,7 +200,7 @@ def test_watch_recovers_from_410_gone(custom_api):
     ns = namespace()
     api = GoneOnce(custom_api)
     ctl = Controller(custom_api, ns, condition("Complete", "JobsCompleted", "done"), delay=1.0)
-    launcher.launch(SPEC, ns, "demo", 30, api=api, log_reader=fake_log)
+    launcher.launch(SPEC, ns, "demo", api=api, pods=fake_log)
     assert api.watches >= 2 and ctl.patched_at is not None
 
 
@@ -194,7 +210,7 @@ def test_never_reuses_an_old_trainjob(custom_api):
     names = []
     for _ in range(2):
         ctl = Controller(custom_api, ns, condition("Complete", "JobsCompleted", "done"), 0.1)
-        outcome = launcher.launch(SPEC, ns, "demo", 30, api=custom_api, log_reader=fake_log)
+        outcome = launcher.launch(SPEC, ns, "demo", api=custom_api, pods=fake_log)
         names.append(outcome.name)
         ctl.join(5)
         custom_api.delete_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, names[-1])
@@ -204,4 +220,5 @@ def test_never_reuses_an_old_trainjob(custom_api):
 def test_the_log_reader_tolerates_a_server_without_pods(apiserver, monkeypatch):
     monkeypatch.setenv("KUBECONFIG", str(apiserver.kubeconfig))
     launcher.load_kube_config()
-    assert "no pods found" in launcher.read_pod_log("training", "train-gpt-x-abc123", 10)
+    log = podlogs.node0_log(podlogs.CoreV1PodLogs(), "training", "train-gpt-x-abc123", 10)
+    assert "no pods found" in log

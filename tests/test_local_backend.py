@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from components.placement import Placement
 from components.stages import run_stage
 from tests.train_fixtures import TINY, write_data
 
@@ -14,11 +15,10 @@ def test_train_under_torchrun_with_two_processes_through_the_local_backend(root:
     flags = dict(zip(TINY[::2], TINY[1::2], strict=True))
     values = {k.removeprefix("--"): v for k, v in flags.items()}
     files = run_stage(
-        "train",
+        "train-gpt",
         {"root": str(root), "run": "ddp-local", **values, "max_iters": 4, "eval_interval": 4},
+        Placement(num_proc_per_node=2, timeout=300),
         backend="local",
-        num_proc_per_node=2,
-        timeout=300,
         say=lambda line: None,
     )
     lines = [json.loads(x) for x in files["metrics/train.jsonl"].decode().splitlines()]

@@ -31,6 +31,7 @@ OWN_DEFAULTS = {
     "block_size",  # one value for corpus and training (their CLIs default to 256 and 64)
     "root", "run",  # /gpt on the cluster; the KFP run id
     "top_k", "idle_timeout",  # KFP has no None: 0 means unset; a pod should not idle forever
+    "warmup_iters",  # likewise: -1 means unset (kfp.local cannot pass None on)
 }  # fmt: skip
 
 
@@ -74,9 +75,7 @@ def test_committed_yaml_is_what_make_compile_writes(tmp_path):
 
 
 def cli_defaults() -> dict[str, object]:
-    from gpt.corpus import CorpusConfig
-    from gpt.prompt import PromptConfig
-    from gpt.train import TrainConfig
+    from gpt.config import CorpusConfig, PromptConfig, TrainConfig
 
     found: dict[str, object] = {}
     for cls in (CorpusConfig, TrainConfig, PromptConfig):
@@ -163,8 +162,9 @@ def test_the_compiled_pipeline_runs_end_to_end_with_kfp_local(tmp_path):
     run = root / "tiny"
     for rel in ("data/meta.json", "model", "metrics/train.jsonl", "prompt/transcript.jsonl"):
         assert (run / rel).exists(), rel
-    # The steps' artifacts, as KFP recorded them.
-    (outputs,) = (root / "kfp-outputs").iterdir()
+    # The steps' artifacts, as KFP recorded them (staged, then moved under the run's name).
+    assert [p.name for p in (root / "kfp-outputs").iterdir()] == ["tiny"]
+    (outputs,) = (root / "kfp-outputs" / "tiny").iterdir()
     executor = json.loads((outputs / "train-gpt" / "executor_output.json").read_text())
     metrics = executor["artifacts"]["metrics"]["artifacts"][0]["metadata"]
     last = [json.loads(line) for line in (run / "metrics/train.jsonl").read_text().splitlines()]
@@ -188,21 +188,23 @@ def test_in_the_component_image_every_stage_checks_its_flags_before_a_trainjob(t
         for name in {blocked!r}:
             sys.modules[name] = None  # `import name` now raises ImportError
         from components import stages
+        from components.placement import Placement
+        from gpt.stages import STAGES
 
-        def check(cli, flags):
+        def check(name, flags):
             try:
-                return stages.validate(stages.STAGES[cli], {{"root": "/gpt", "run": "r", **flags}},
-                                       backend="trainjob", image="img", namespace="training",
-                                       num_nodes=1, num_proc_per_node=1, timeout=60)
+                return stages.validate(STAGES[name], {{"root": "/gpt", "run": "r", **flags}},
+                                       Placement(timeout=60), backend="trainjob", image="img",
+                                       namespace="training")
             except ValueError as e:
                 return "refused: " + str(e)
 
-        print(check("corpus", {{"tokenizer": "char"}}))
-        print(check("corpus", {{"val_fraction": 1.5}}))
-        print(check("train", {{"n_layer": 2}}))
-        print(check("train", {{"n_head": 3}}))
-        print(check("prompt", {{"top_p": 0.9}}))
-        print(check("prompt", {{"temperature": -1}}))
+        print(check("load-corpus", {{"tokenizer": "char"}}))
+        print(check("load-corpus", {{"val_fraction": 1.5}}))
+        print(check("train-gpt", {{"n_layer": 2}}))
+        print(check("train-gpt", {{"n_head": 3}}))
+        print(check("generative-prompt", {{"top_p": 0.9}}))
+        print(check("generative-prompt", {{"temperature": -1}}))
         print(sorted(m for m in {blocked!r} if sys.modules.get(m) is not None))
     """)
     result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,

@@ -1,4 +1,5 @@
-"""`python -m gpt prompt` end to end: a real pseudo-terminal, a pipe, --prompt, bad models.
+"""`python -m gpt generative-prompt` end to end: a real pseudo-terminal, a pipe, --prompt, bad
+models.
 
 Each test exports a tiny random GPT into a run directory, as train-gpt would, and drives the CLI
 as a separate process. Timeouts are generous because the test machine is small and shared.
@@ -48,7 +49,7 @@ def rundir(root: Path) -> RunDir:
 
 
 def args(rundir: RunDir, *extra: str) -> list[str]:
-    return ["-m", "gpt", "prompt", "--root", str(rundir.root), "--run", RUN, *extra]
+    return ["-m", "gpt", "generative-prompt", "--root", str(rundir.root), "--run", RUN, *extra]
 
 
 def spawn(rundir: RunDir, *extra: str) -> pexpect.spawn:
@@ -243,7 +244,7 @@ def test_no_model_says_to_train_first(root: Path) -> None:
     empty = RunDir.of(root, RUN)
     out = one_shot(empty, "--prompt", "x")
     assert out.returncode == 2
-    assert "python -m gpt train" in out.stderr and len(out.stderr.strip().splitlines()) == 1
+    assert "python -m gpt train-gpt" in out.stderr and len(out.stderr.strip().splitlines()) == 1
     assert not empty.transcript_jsonl.exists()
 
 

@@ -14,10 +14,11 @@ from pathlib import Path
 
 import pytest
 import yaml
-from apiserver import Controller, condition, namespace
+from apiserver import Controller, apply_cluster_object, condition, namespace
 from kfp import dsl
 
-from components import launcher
+from components import launcher, podlogs
+from components.attach import attach_hint
 from components.generative_prompt import generative_prompt
 from components.launcher import GROUP, PLURAL, VERSION
 from components.load_corpus import load_corpus
@@ -35,7 +36,7 @@ def pod_spec(runtime: dict) -> dict:
 
 
 def test_the_three_runtimes_follow_the_sdk_shape_and_share_the_pvc():
-    assert set(RUNTIMES) == {"gpt-load-corpus", "gpt-train", "gpt-generative-prompt"}
+    assert set(RUNTIMES) == {"gpt-load-corpus", "gpt-train-gpt", "gpt-generative-prompt"}
     for name, rt in RUNTIMES.items():
         assert rt["kind"] == "ClusterTrainingRuntime" and rt["metadata"]["name"] == name
         assert rt["metadata"]["labels"]["trainer.kubeflow.org/framework"] == "torch"
@@ -46,7 +47,7 @@ def test_the_three_runtimes_follow_the_sdk_shape_and_share_the_pvc():
         assert labels["trainer.kubeflow.org/trainjob-ancestor-step"] == "trainer"
         pod = pod_spec(rt)
         (container,) = pod["containers"]
-        assert container["name"] == launcher.CONTAINER
+        assert container["name"] == podlogs.CONTAINER
         assert pod["securityContext"]["runAsNonRoot"] is True and pod["securityContext"]["fsGroup"]
         assert container["resources"]["requests"]
         volumes = {v["name"]: v for v in pod["volumes"]}
@@ -59,7 +60,7 @@ def test_the_three_runtimes_follow_the_sdk_shape_and_share_the_pvc():
 @pytest.mark.apiserver
 def test_runtimes_apply_and_are_accepted_as_written(custom_api):
     for name, rt in RUNTIMES.items():
-        custom_api.create_cluster_custom_object(GROUP, VERSION, CTR, rt)
+        apply_cluster_object(custom_api, rt)
         stored = custom_api.get_cluster_custom_object(GROUP, VERSION, CTR, name)
         # Nothing pruned: every field we wrote is in the schema and kept.
         assert pod_spec(stored)["containers"] == pod_spec(rt)["containers"]
@@ -95,24 +96,29 @@ def prepared_run(root: Path, run: str) -> Path:
 
 @pytest.fixture
 def pod(custom_api, tmp_path, monkeypatch):
-    """Plays the pod: a log reader that runs the TrainJob's command over a local run directory."""
+    """Plays the pod: a `PodLogs` whose log runs the TrainJob's command over a local run
+    directory (the pod is named as its TrainJob here)."""
     root = prepared_run(tmp_path / "gpt", "run-1")
 
-    def read_log(ns, name, tail):
-        trainer = custom_api.get_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, name)["spec"][
-            "trainer"
-        ]
-        sh, flag, script, argv0 = trainer["command"]
-        assert (sh, flag) == ("sh", "-c")
-        # The stage itself is not run (no image here): `true` stands in for it.
-        out = subprocess.run(
-            [sh, flag, script.replace("/gpt/", f"{root}/"), argv0, "true"],
-            capture_output=True, text=True, check=True,
-        )  # fmt: skip
-        return out.stdout
+    class RunsTheCommand:
+        def pods(self, ns, trainjob):
+            return [trainjob]
 
-    monkeypatch.setattr(launcher, "read_pod_log", read_log)
-    return read_log
+        def log(self, ns, name, tail):
+            trainer = custom_api.get_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, name)[
+                "spec"
+            ]["trainer"]
+            sh, flag, script, argv0 = trainer["command"]
+            assert (sh, flag) == ("sh", "-c")
+            # The stage itself is not run (no image here): `true` stands in for it.
+            out = subprocess.run(
+                [sh, flag, script.replace("/gpt/", f"{root}/"), argv0, "true"],
+                capture_output=True, text=True, check=True,
+            )  # fmt: skip
+            return out.stdout
+
+    monkeypatch.setattr(launcher, "from_environment", RunsTheCommand)
+    return RunsTheCommand
 
 
 def artifact(cls, tmp_path: Path, name: str):
@@ -124,19 +130,19 @@ CASES = {
         load_corpus,
         dict(run="run-1", source="default", tokenizer="char", block_size=32),
         "gpt-load-corpus",
-        ["python", "-m", "gpt", "corpus"],
+        ["python", "-m", "gpt", "load-corpus"],
     ),
     "train-gpt": (
         train_gpt,
         dict(run="run-1", n_layer=2, max_iters=30, warmup_iters=5, num_proc_per_node=2),
-        "gpt-train",
-        ["torchrun", "-m", "gpt", "--", "train"],
+        "gpt-train-gpt",
+        ["torchrun", "-m", "gpt", "--", "train-gpt"],
     ),
     "generative-prompt": (
         generative_prompt,
         dict(run="run-1", prompt=[], idle_timeout=300, top_k=0),
         "gpt-generative-prompt",
-        ["python", "-m", "gpt", "prompt"],
+        ["python", "-m", "gpt", "generative-prompt"],
     ),
 }
 
@@ -198,7 +204,7 @@ def test_each_component_creates_an_accepted_trainjob_and_reports_back(
         assert "--prompt" not in args and "--top_k" not in args
         assert "--idle_timeout 300" in shlex.join(args)
         assert f"kubectl -n {ns} attach -it" in log
-        assert f"{launcher.JOBSET_LABEL}={job['metadata']['name']}" in log
+        assert f"{podlogs.JOBSET_LABEL}={job['metadata']['name']}" in log
         md = Path(outputs["transcript"].path).read_text()
         assert "> To be" in md and "or not" in md
 
@@ -206,16 +212,17 @@ def test_each_component_creates_an_accepted_trainjob_and_reports_back(
 def test_attach_hint_names_the_pod_once_an_update_finds_it():
     said = []
 
-    class Pod:
-        class metadata:  # noqa: N801  (the shape of a V1Pod)
-            name = "generative-prompt-r-abc123-node-0-0-xyz"
-
     pods = []
-    hint = launcher.attach_hint("training", said.append, lambda ns, name: list(pods))
+
+    class Pods:
+        def pods(self, ns, trainjob):
+            return list(pods)
+
+    hint = attach_hint("training", said.append, Pods())
     job = {"metadata": {"name": "generative-prompt-r-abc123"}}
     hint(job)
     assert len(said) == 1 and "get pod -l jobset.sigs.k8s.io/jobset-name=" in said[0]
-    pods.append(Pod)
+    pods.append("generative-prompt-r-abc123-node-0-0-xyz")
     hint(job)
     hint(job)
     assert said[1:] == [

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -194,7 +195,7 @@ def test_size_cap(server: str, path: str) -> None:
 
 def test_cli_trains_on_a_gutenberg_url_without_its_licence(server: str, root: Path) -> None:
     out = subprocess.run(
-        [sys.executable, "-m", "gpt", "corpus", "--root", str(root), "--run", "url"]
+        [sys.executable, "-m", "gpt", "load-corpus", "--root", str(root), "--run", "url"]
         + ["--source", f"{server}/pg.txt", "--block_size", "32"],
         capture_output=True,
         text=True,
@@ -206,3 +207,61 @@ def test_cli_trains_on_a_gutenberg_url_without_its_licence(server: str, root: Pa
     source = json.loads((root / "url" / "corpus" / "source.json").read_text())
     assert source["kind"] == "url" and source["source"] == f"{server}/pg.txt"
     assert source["sha256"] == hashlib.sha256(text.encode()).hexdigest()
+
+
+def _special_sources(tmp_path: Path) -> Iterator[tuple[str, str]]:
+    """(source, what it is): a device, a FIFO (no writer: opening it would wait forever), a
+    socket, and a directory whose *.txt is a FIFO."""
+    yield "/dev/zero", "a character device"
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    yield str(fifo), "a FIFO"
+    sock = socket.socket(socket.AF_UNIX)
+    sock.bind(str(tmp_path / "sock"))
+    try:
+        yield str(tmp_path / "sock"), "a socket"
+    finally:
+        sock.close()
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    (folder / "a.txt").write_text("Some text.\n" * 50)
+    os.mkfifo(folder / "b.txt")
+    yield str(folder), "a FIFO"
+
+
+def test_special_files_are_refused_at_once_with_one_line(tmp_path: Path, root: Path) -> None:
+    for source, what in _special_sources(tmp_path):
+        started = time.monotonic()
+        out = subprocess.run(
+            [sys.executable, "-m", "gpt", "load-corpus", "--root", str(root), "--run", "r",
+             "--source", source], capture_output=True, text=True, timeout=60,
+        )
+        # the interpreter's start is most of it; reading /dev/zero or a FIFO would never end
+        assert time.monotonic() - started < 30, source
+        assert out.returncode == 2, (source, out.stderr)
+        assert out.stderr.count("\n") == 1 and "--source '" in out.stderr
+        assert f"{what}, not a regular file or directory" in out.stderr, out.stderr
+        assert not (root / "r").exists()
+
+
+def test_the_refusal_itself_takes_under_a_second(tmp_path: Path) -> None:
+    for source, what in _special_sources(tmp_path):
+        started = time.monotonic()
+        with pytest.raises(InputError, match=what):
+            read_source(source, FAST)
+        assert time.monotonic() - started < 1.0, source
+
+
+def test_a_file_read_stops_at_max_bytes_even_when_it_grows(tmp_path: Path, monkeypatch) -> None:
+    path = tmp_path / "growing.txt"
+    path.write_bytes(b"a" * 10)
+    real_stat = Path.stat
+
+    def small_stat(self, *args, **kwargs):  # the size seen before the file grew
+        st = real_stat(self, *args, **kwargs)
+        return os.stat_result((*st[:6], 10, *st[7:])) if self == path else st
+
+    path.write_bytes(b"a" * 1000)
+    monkeypatch.setattr(Path, "stat", small_stat)
+    with pytest.raises(InputError, match="more than --max_bytes 99 bytes"):
+        read_source(str(path), Download(max_bytes=99))

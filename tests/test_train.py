@@ -3,9 +3,16 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import math
+import os
+import random
 import shutil
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -14,15 +21,16 @@ import torch
 from safetensors.torch import load_file
 
 from gpt import checkpoint
-from gpt.config import build_parser
+from gpt.__main__ import main as gpt_main
+from gpt.cli import build_parser
+from gpt.config import TrainConfig
 from gpt.data import Batches, eval_offsets
 from gpt.distributed import World
 from gpt.export import load_export
 from gpt.model import GPT
 from gpt.rundir import RunDir
-from gpt.train import TrainConfig
 from gpt.trainer import NonFiniteLoss, Trainer, lr_at
-from tests.train_fixtures import records, train, write_data
+from tests.train_fixtures import ONE_THREAD, records, train, write_data
 
 
 def test_short_run_lowers_the_loss_and_writes_every_output(root: Path, capsys) -> None:
@@ -211,18 +219,24 @@ def test_eval_windows_cover_a_small_split_without_overlap() -> None:
     assert len(eval_offsets(10_000, 16, max_windows=10)) == 10
 
 
-def test_learning_rate_warms_up_then_decays_by_steps_or_time() -> None:
-    cfg = TrainConfig(learning_rate=1e-3, min_lr=1e-4, warmup_iters=10, max_iters=110,
-                      time_budget=0)
-    lrs = [lr_at(cfg, s, 0.0) for s in range(111)]
+def test_learning_rate_warms_up_then_decays_by_steps_alone() -> None:
+    cfg = TrainConfig(learning_rate=1e-3, min_lr=1e-4, warmup_iters=10, max_iters=110)
+    lrs = [lr_at(cfg, s) for s in range(111)]
     assert lrs[0] < lrs[5] < lrs[9] <= 1e-3
     assert lrs[10] == pytest.approx(1e-3) and lrs[60] == pytest.approx(5.5e-4)
     assert lrs[110] == pytest.approx(1e-4)
     assert all(a >= b for a, b in zip(lrs[10:], lrs[11:], strict=False))
-    timed = TrainConfig(learning_rate=1e-3, min_lr=1e-4, warmup_iters=10, max_iters=110,
-                        time_budget=100)
-    assert lr_at(timed, 20, 50.0) == pytest.approx(5.5e-4)  # half the time beats 10% of steps
-    assert lr_at(timed, 20, 100.0) == pytest.approx(1e-4)
+    # a time budget picks where to stop, never the rate of a step
+    timed = dataclasses.replace(cfg, time_budget=5)
+    assert [lr_at(timed, s) for s in range(111)] == lrs
+
+
+def test_warmup_defaults_to_fit_a_short_run_and_an_explicit_one_is_checked() -> None:
+    assert TrainConfig().warmup_iters == 100
+    assert TrainConfig(max_iters=40).warmup_iters == 10
+    assert TrainConfig(max_iters=1).warmup_iters == 0
+    with pytest.raises(ValueError, match=r"^--warmup_iters 100: must be in \[0, --max_iters 40\)"):
+        TrainConfig(max_iters=40, warmup_iters=100)
 
 
 def test_help_lists_every_knob() -> None:
@@ -233,3 +247,63 @@ def test_help_lists_every_knob() -> None:
                  "log_interval", "ckpt_interval", "keep_last", "resume", "seed", "device",
                  "compile"):
         assert f"--{flag}" in text
+
+
+def _weights(run: RunDir) -> dict[str, torch.Tensor]:
+    return load_file(run.model_dir / "model.safetensors")
+
+
+@pytest.mark.slow
+def test_default_flags_are_reproducible_and_a_killed_run_resumes_bit_identical(root: Path):
+    """What the README promises, with the defaults (no --time_budget, no --warmup_iters): the
+    same command twice gives bit-identical weights, and so does the same command SIGKILLed
+    after a checkpoint and started again."""
+    for run in ("a", "b", "killed"):
+        write_data(root, run)
+
+    def command(run: str) -> list[str]:
+        return [sys.executable, "-m", "gpt", "train-gpt", "--root", str(root), "--run", run,
+                "--max_iters", "100", "--ckpt_interval", "25"]
+
+    env = {**os.environ, **ONE_THREAD}
+    for run in ("a", "b"):
+        out = subprocess.run(command(run), capture_output=True, text=True, env=env, timeout=600)
+        assert out.returncode == 0, out.stderr
+    a, b = (_weights(RunDir.of(root, r)) for r in ("a", "b"))
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+    killed = RunDir.of(root, "killed")
+    proc = subprocess.Popen(command("killed"), stdout=subprocess.DEVNULL, env=env)
+    while not killed.latest.exists() and proc.poll() is None:
+        time.sleep(0.01)
+    time.sleep(random.uniform(0, 1.0))  # somewhere after the first checkpoint
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert not killed.model_dir.exists(), "the kill came too late to test a resume"
+    out = subprocess.run(command("killed"), capture_output=True, text=True, env=env, timeout=600)
+    assert out.returncode == 0 and "resumed from step-" in out.stdout, out.stderr
+    c = _weights(killed)
+    assert all(torch.equal(a[k], c[k]) for k in a)
+    straight = records(RunDir.of(root, "a"))
+    assert [r["loss"] for r in records(killed)] == [r["loss"] for r in straight]
+
+
+def test_a_smoke_test_run_needs_no_other_flag(root: Path) -> None:
+    write_data(root, "r")
+    threads = torch.get_num_threads()
+    try:
+        assert gpt_main(["train-gpt", "--root", str(root), "--run", "r", "--max_iters", "40"]) == 0
+    finally:
+        torch.set_num_threads(threads)
+    rows = records(RunDir.of(root, "r"))
+    assert rows[-1]["step"] == 40
+    lrs = [r["lr"] for r in rows]  # warmed up over 10 steps, then decayed towards min_lr
+    assert lrs[0] == pytest.approx(1e-3 * 10 / 11) and lrs[-1] < 1.1e-4
+
+
+def test_every_metrics_row_has_the_elapsed_time(root: Path) -> None:
+    write_data(root, "r")
+    assert train(root, "r", "--max_iters", "7", "--log_interval", "5", "--eval_interval", "3") == 0
+    rows = records(RunDir.of(root, "r"))
+    assert [r["step"] for r in rows] == [3, 5, 6, 7]  # evaluations at 3, 6, 7 are not log steps
+    assert all(r["elapsed_s"] > 0 for r in rows)

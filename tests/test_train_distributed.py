@@ -22,7 +22,7 @@ TWO_RANKS = ["--standalone", "--nproc_per_node=2"]
 def corpus(root: Path, run: str) -> RunDir:
     """The real load-corpus stage, char-level on the embedded default text."""
     done = subprocess.run(
-        [sys.executable, "-m", "gpt", "corpus", "--root", str(root), "--run", run,
+        [sys.executable, "-m", "gpt", "load-corpus", "--root", str(root), "--run", run,
          "--tokenizer", "char"], capture_output=True, text=True,
     )
     assert done.returncode == 0, done.stderr

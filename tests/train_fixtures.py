@@ -1,7 +1,8 @@
 """Helpers for the train-gpt tests: a small `data/` written directly, and a tiny model's flags.
 
-The data follows load-corpus's contract (DESIGN.md, `data/meta.json`) but is written here with
-numpy, char-level, so the trainer's tests do not depend on the corpus stage.
+The data follows load-corpus's contract (docs/architecture.md; `data/meta.json` is gpt/rundir.py's
+`DataMeta`) but is written here with numpy, char-level, so the trainer's tests do not depend on
+the corpus stage.
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ import numpy as np
 import torch
 
 from gpt.__main__ import main as gpt_main
-from gpt.rundir import RunDir
+from gpt.rundir import DataMeta, RunDir
+from gpt.stages import TRAIN_GPT
 
 TEXT = (
     "ANTIPHOLUS: Merchant, I'll pay thee, and be gone.\n"
@@ -43,14 +45,13 @@ def write_data(root: Path, run: str, text: str = TEXT, val_fraction: float = 0.1
     ids[:cut].tofile(rundir.train_bin)
     ids[cut:].tofile(rundir.val_bin)
     rundir.tokenizer_json.write_text(json.dumps({"kind": "char", "chars": "".join(chars)}))
-    meta = {
-        "tokenizer": "char", "vocab_size": len(chars), "dtype": "uint16",
-        "train_tokens": cut, "val_tokens": len(text) - cut,
-        "train_bytes": len(text[:cut].encode()), "val_bytes": len(text[cut:].encode()),
-        "val_fraction": val_fraction, "block_size": 16,
-        "corpus_sha256": hashlib.sha256(text.encode()).hexdigest(),
-    }
-    rundir.meta_json.write_text(json.dumps(meta))
+    DataMeta(
+        source="tests", tokenizer="char", compact=False, max_vocab=0, val_fraction=val_fraction,
+        block_size=16, corpus_sha256=hashlib.sha256(text.encode()).hexdigest(),
+        vocab_size=len(chars), eot_id=None, dtype="uint16",
+        train_tokens=cut, val_tokens=len(text) - cut,
+        train_bytes=len(text[:cut].encode()), val_bytes=len(text[cut:].encode()),
+    ).write(rundir.meta_json)
     return rundir
 
 
@@ -60,13 +61,13 @@ ONE_THREAD = {"OMP_NUM_THREADS": "1"}
 
 
 def train(root: Path, run: str, *flags: str) -> int:
-    """`python -m gpt train` in this process (fast: no interpreter start); returns the exit code."""
+    """`python -m gpt train-gpt` in this process (fast: no interpreter start); its exit code."""
     threads = torch.get_num_threads()
     saved = os.environ.get("OMP_NUM_THREADS")
     os.environ.update(ONE_THREAD)
     torch.set_num_threads(1)
     try:
-        return gpt_main(["train", "--root", str(root), "--run", run, *TINY, *flags])
+        return gpt_main(["train-gpt", "--root", str(root), "--run", run, *TINY, *flags])
     finally:
         torch.set_num_threads(threads)
         if saved is None:
@@ -77,12 +78,13 @@ def train(root: Path, run: str, *flags: str) -> int:
 
 def train_cli(root: Path, run: str, *flags: str, env: dict | None = None,
               torchrun: list[str] | None = None) -> subprocess.CompletedProcess:
-    """The same as a separate process, optionally under `torchrun <torchrun args>`."""
-    # torchrun's own parser would take `--run` for an abbreviation of its `--run-path` and fail
-    # ("ambiguous option"); `--` ends torchrun's options.
-    launcher = ([sys.executable, "-m", "torch.distributed.run", *torchrun, "-m", "gpt", "--"]
-                if torchrun else [sys.executable, "-m", "gpt"])
-    cmd = [*launcher, "train", "--root", str(root), "--run", run, *TINY, *flags]
+    """The same as a separate process, optionally under `torchrun <torchrun args>` (the stage's
+    own command line: `-- train-gpt` after torchrun's options)."""
+    cmd = TRAIN_GPT.command(
+        ["--root", str(root), "--run", run, *TINY, *flags],
+        python=[sys.executable],
+        torchrun=[sys.executable, "-m", "torch.distributed.run", *torchrun] if torchrun else None,
+    )
     env = {**(env or os.environ), **ONE_THREAD}
     return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
 

@@ -1,0 +1,40 @@
+"""Where and how long a stage runs: one validated value, from the component to the backend."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Placement:
+    """A stage's nodes, processes, GPUs and deadline; refused on construction (ValueError naming
+    the parameter) before anything is created."""
+
+    num_nodes: int = 1
+    """Nodes (TrainJob numNodes); the local backend has one."""
+    num_proc_per_node: int = 1
+    """Processes per node (TrainJob numProcPerNode; torchrun when > 1)."""
+    gpus_per_node: int = 0
+    """NVIDIA GPUs to request per node (TrainJob resourcesPerNode); 0: the runtime's resources."""
+    timeout: float = 3600
+    """Seconds before the stage is stopped (its TrainJob deleted) and the step fails."""
+
+    def __post_init__(self) -> None:
+        if self.num_nodes < 1:
+            raise ValueError(f"num_nodes {self.num_nodes}: must be at least 1")
+        if self.num_proc_per_node < 1:
+            raise ValueError(f"num_proc_per_node {self.num_proc_per_node}: must be at least 1")
+        if self.gpus_per_node < 0:
+            raise ValueError(f"gpus_per_node {self.gpus_per_node}: must be >= 0")
+        if not self.timeout > 0:
+            raise ValueError(f"timeout {self.timeout}: must be a positive number of seconds")
+
+    @property
+    def single_process(self) -> bool:
+        return (self.num_nodes, self.num_proc_per_node) == (1, 1)
+
+    @property
+    def resources_per_node(self) -> dict[str, Any] | None:
+        """TrainJob resourcesPerNode (ResourceRequirements), or None: the runtime's."""
+        return {"limits": {"nvidia.com/gpu": self.gpus_per_node}} if self.gpus_per_node else None

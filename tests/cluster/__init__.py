@@ -1,0 +1,68 @@
+"""A Trainer-faithful test cluster: what Kubeflow Trainer, JobSet and the kubelet do with our
+TrainJobs, played on the real test API server (tests/apiserver.py) with local processes.
+
+The API server validates and stores TrainJobs and runtimes for real; this package plays the
+controllers it lacks: cluster/controller.py (watch, JobSet and Job lifecycle, TrainJob status),
+cluster/render.py (the Trainer's merge of a TrainJob into its runtime, the torch plugin's PET_*
+env), cluster/kubelet.py (a pod as a process group, its mounts, network and log). Each rule cites
+its upstream file. The step side reads the pods' logs through components/podlogs.py's
+`LogDirPodLogs` (`GPT_POD_LOG_DIR`), since the API server has no pods.
+
+Not emulated (a real cluster may still differ here):
+- images: the container runs this machine's Python; `image` is recorded, never pulled;
+- runAsUser/fsGroup, seccomp, capabilities, resource requests and limits (no scheduling, no
+  OOM kills, no GPUs), `tty` (stdin is a pipe nobody writes; no attach);
+- network isolation: pods share 127.0.0.1 (PET_MASTER_PORT is mapped to a free port);
+- mounts: a PVC is a folder reached by rewriting the mount path (kubelet.py says how);
+  ReadWriteOnce vs ReadWriteMany is not enforced; emptyDir uses this machine's path;
+- Trainer: initializer jobs, runtimePatches/podTemplateOverrides, suspend, managedBy,
+  activeDeadlineSeconds, the webhook's validation (e.g. refusing PET_* in the TrainJob's env),
+  the `Created` condition; JobSet: failurePolicy rules (only the default RestartJobSet),
+  successPolicy, startupPolicy, coordinator, TTL; Job: podFailurePolicy, backoffLimitPerIndex,
+  exponential back-off between retries; node-lifecycle delays (a lost node's pod fails at once).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from cluster.controller import Cluster
+from cluster.kubelet import Kubelet
+from components.podlogs import LOG_DIR_ENV
+
+PROJECT = Path(__file__).resolve().parents[2]
+UPSTREAM_RUNTIME = Path("trainer-crds") / "v2.3.0" / "reference-torch_distributed_runtime.yaml"
+# Two shared cores: one thread per process (torchrun sets it only for > 1 process per node).
+NODE_ENV = {"OMP_NUM_THREADS": "1"}
+
+__all__ = ["Cluster", "Kubelet", "runtimes", "trainer_cluster"]
+
+
+def runtimes(shared: Path) -> list[dict]:
+    """The project's three runtimes and the upstream `torch-distributed` one."""
+    paths = [*sorted(PROJECT.glob("runtimes/gpt-*.yaml")), shared / UPSTREAM_RUNTIME]
+    return [yaml.safe_load(p.read_text()) for p in paths]
+
+
+@pytest.fixture
+def trainer_cluster(shared, apiserver, custom_api, tmp_path, monkeypatch) -> Iterator[Cluster]:
+    """A cluster serving a fresh namespace, PVC `gpt-pvc` = `tmp_path/pvc`; the step side's
+    kube config and pod logs point at it. Stopped (its pods deleted) at the end, where an error
+    of the cluster itself (not of a TrainJob) fails the test."""
+    from apiserver import apply_cluster_object, namespace
+
+    for runtime in runtimes(shared):
+        apply_cluster_object(custom_api, runtime)
+    (tmp_path / "pvc").mkdir()
+    kubelet = Kubelet(tmp_path / "pods", {"gpt-pvc": tmp_path / "pvc"}, NODE_ENV)
+    monkeypatch.setenv("KUBECONFIG", str(apiserver.kubeconfig))
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    monkeypatch.setenv(LOG_DIR_ENV, str(kubelet.logs))
+    cluster = Cluster(custom_api, namespace(), kubelet)
+    yield cluster
+    cluster.shutdown()
+    assert not cluster.errors(), "the test cluster itself failed"

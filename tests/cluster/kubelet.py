@@ -1,0 +1,175 @@
+"""The kubelet of the test cluster: a pod is a local process group running its container.
+
+What a pod gets here, and how that stands in for a node:
+- the container's `command` + `args` with its env (downward-API `fieldRef`s resolved), run by
+  the project's own Python (the image is recorded, not pulled: `python`, `torchrun` resolve to
+  this virtualenv's through PATH);
+- each PVC mount is a local folder: the mount path is rewritten to the folder in the command,
+  args and env values (the container's view, `/gpt/...`, becomes `<folder>/...`). A program that
+  builds the mount path from nothing would escape it; this project's stages get `--root /gpt`
+  and their output paths from the runtime's command, so every path passes through the rewrite.
+  A runtime that mounts the PVC elsewhere gets no rewrite, and its stage fails on `/gpt`;
+- the network: pods share this machine's, so the cluster DNS name of node 0
+  (PET_MASTER_ADDR) resolves to 127.0.0.1, and the JobSet's port (PET_MASTER_PORT, 29500 in
+  every pod on a cluster) is mapped to a free port of its own, so two TrainJobs (or two test
+  sessions on one machine) never meet on 29500;
+- the log: stdout and stderr into `<logs>/<namespace>/<pod>/node.log`, the pod's labels beside
+  it (components/podlogs.py's `LogDirPodLogs` reads them), moved to `<logs>/.deleted/` when the
+  pod is deleted.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from cluster.render import COMPLETION_INDEX, NODE, Rendered
+
+# kubernetes staging/src/k8s.io/apimachinery/pkg/util/rand/rand.go: generateName's alphabet.
+_SUFFIX = "bcdfghjklmnpqrstvwxz2456789"
+# Seconds between SIGTERM and SIGKILL when a pod is deleted (a pod's default is 30; kept short).
+GRACE_S = 3
+
+
+def pod_name(jobset: str, index: int) -> str:
+    """kubernetes-sigs/jobset pkg/util/placement/placement.go GenJobName `<jobset>-<rjob>-<i>`,
+    then the Job controller's indexed pod name `<job>-<index>-<random>` (kubernetes
+    pkg/controller/job/indexed_job_utils.go podGenerateNameWithIndex)."""
+    suffix = "".join(secrets.choice(_SUFFIX) for _ in range(5))
+    return f"{jobset}-{NODE}-0-{index}-{suffix}"
+
+
+@dataclass
+class Pod:
+    name: str
+    index: int
+    attempt: int
+    env: dict[str, str]
+    """The container's env as a cluster would give it (DNS name, port 29500, /gpt paths)."""
+    argv: list[str]
+    """The command line as it runs here (mount paths rewritten)."""
+    folder: Path
+    proc: subprocess.Popen
+    deleted: bool = False
+
+    @property
+    def log(self) -> str:
+        return (self.folder / f"{NODE}.log").read_text(errors="replace")
+
+
+class Kubelet:
+    """Starts and deletes the pods of the test cluster's JobSets."""
+
+    def __init__(self, logs: Path, claims: dict[str, Path], node_env: dict[str, str]):
+        self.logs, self.claims, self.node_env = logs, claims, node_env
+
+    def _mounts(self, plan: Rendered) -> dict[str, Path]:
+        volumes = {v["name"]: v for v in plan.pod_spec.get("volumes") or []}
+        mounts = {}
+        for mount in plan.container.get("volumeMounts") or []:
+            claim = (volumes[mount["name"]].get("persistentVolumeClaim") or {}).get("claimName")
+            if claim is None:
+                continue  # emptyDir (/dev/shm): this machine's own stands in
+            if claim not in self.claims:  # on a cluster: the pod stays Pending
+                raise KeyError(f"PVC {claim!r} not bound in the test cluster")
+            mounts[mount["mountPath"]] = self.claims[claim]
+        return mounts
+
+    def start(self, plan: Rendered, index: int, attempt: int, port: int) -> Pod:
+        name = pod_name(plan.name, index)
+        labels = {
+            "jobset.sigs.k8s.io/jobset-name": plan.name,
+            "jobset.sigs.k8s.io/replicatedjob-name": NODE,
+            "jobset.sigs.k8s.io/job-index": "0",
+            "jobset.sigs.k8s.io/restart-attempt": str(attempt),
+            COMPLETION_INDEX: str(index),
+        }
+        meta = {"name": name, "namespace": plan.namespace, "labels": labels,
+                "annotations": {COMPLETION_INDEX: str(index)}}  # fmt: skip
+        env = {e["name"]: _env_value(e, meta) for e in plan.container["env"]}
+        mounts = self._mounts(plan)
+        argv = [_remap(a, mounts) for a in plan.container.get("command", []) +
+                plan.container.get("args", [])]  # fmt: skip
+        local = {k: _remap(v, mounts) for k, v in env.items()}
+        if "PET_MASTER_ADDR" in env:  # node 0's DNS name and the JobSet's port, as mapped here
+            local.update(PET_MASTER_ADDR="127.0.0.1", PET_MASTER_PORT=str(port))
+        local.update(
+            # kubernetes pkg/kubelet/kubelet_pods.go: HOSTNAME is the pod's hostname
+            # (JobSet sets it to <jobset>-<rjob>-<jobIndex>-<podIndex>).
+            HOSTNAME=f"{plan.name}-{NODE}-0-{index}",
+            PATH=f"{Path(sys.executable).parent}:/usr/bin:/bin",
+            **self.node_env,
+        )
+        folder = self.logs / plan.namespace / name
+        folder.mkdir(parents=True)
+        (folder / "labels.json").write_text(json.dumps(labels))
+        (folder / "pod.json").write_text(json.dumps({"env": env, "argv": argv}, indent=1))
+        work = folder / "cwd"
+        work.mkdir()
+        with open(folder / f"{NODE}.log", "wb") as log:
+            proc = subprocess.Popen(
+                argv, env=local, cwd=work, stdout=log, stderr=subprocess.STDOUT,
+                # A container with `stdin: true` has it open; nobody writes unless attached.
+                stdin=subprocess.PIPE if plan.container.get("stdin") else subprocess.DEVNULL,
+                start_new_session=True,  # the pod's processes are one group: one kill ends all
+            )  # fmt: skip
+        return Pod(name, index, attempt, env, argv, folder, proc)
+
+    def kill(self, pod: Pod, sig: int = signal.SIGKILL) -> None:
+        """Signal every process of the pod (a lost node: SIGKILL)."""
+        try:
+            os.killpg(pod.proc.pid, sig)
+        except ProcessLookupError:
+            pass
+
+    def stop(self, pod: Pod) -> None:
+        """Terminate the pod's processes as a deletion does: SIGTERM, then SIGKILL after grace."""
+        if pod.proc.poll() is None:
+            self.kill(pod, signal.SIGTERM)
+            try:
+                pod.proc.wait(GRACE_S)
+            except subprocess.TimeoutExpired:
+                self.kill(pod)
+                pod.proc.wait()
+        if pod.proc.stdin:
+            pod.proc.stdin.close()
+
+    def delete(self, pod: Pod) -> None:
+        """Stop the pod and take it out of the namespace (its log kept under `.deleted/`)."""
+        if pod.deleted:
+            return
+        self.stop(pod)
+        gone = self.logs / ".deleted" / pod.folder.parent.name
+        gone.mkdir(parents=True, exist_ok=True)
+        shutil.move(pod.folder, gone / pod.name)
+        pod.folder, pod.deleted = gone / pod.name, True
+
+
+def _env_value(var: dict[str, Any], meta: dict[str, Any]) -> str:
+    """An EnvVar's value; `valueFrom.fieldRef` as the kubelet resolves the downward API
+    (kubernetes pkg/kubelet/kubelet_pods.go podFieldSelectorRuntimeValue)."""
+    if "valueFrom" not in var:
+        return var.get("value", "")
+    path = var["valueFrom"]["fieldRef"]["fieldPath"]
+    if path in ("metadata.name", "metadata.namespace"):
+        return meta[path.split(".")[1]]
+    m = re.fullmatch(r"metadata\.(annotations|labels)\['(.+)'\]", path)
+    if not m:
+        raise NotImplementedError(f"fieldRef {path}")
+    return meta[m.group(1)].get(m.group(2), "")
+
+
+def _remap(text: str, mounts: dict[str, Path]) -> str:
+    """`text` with each mount path (a whole path component) replaced by its local folder."""
+    for path, folder in mounts.items():
+        text = re.sub(rf"(?<![\w./-]){re.escape(path)}(?![\w.-])", str(folder), text)
+    return text

@@ -1,0 +1,92 @@
+"""The import graph keeps docs/architecture.md's one-way rule: no cycle, nothing imports upward.
+
+The graph is read from the source with `ast` (every import, at the top of a module or inside a
+function), so a lazy import that closes a circle fails here as surely as a top-level one.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from gpt.stages import STAGES
+
+PROJECT = Path(__file__).resolve().parent.parent
+PACKAGES = ("gpt", "components", "pipeline")
+# A package may import only those after it: pipeline/ -> components/ -> gpt/.
+ORDER = {"pipeline": 0, "components": 1, "gpt": 2}
+
+
+def modules() -> dict[str, Path]:
+    found = {}
+    for package in PACKAGES:
+        for path in sorted((PROJECT / package).glob("*.py")):
+            name = package if path.stem == "__init__" else f"{package}.{path.stem}"
+            found[name] = path
+    return found
+
+
+def imports_of(path: Path, known: set[str]) -> set[str]:
+    """The project modules `path` imports (`from gpt import atomic` counts as gpt.atomic)."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names = [node.module, *(f"{node.module}.{a.name}" for a in node.names)]
+        else:
+            continue
+        found |= {n for n in names if n in known}
+    return found
+
+
+def graph() -> dict[str, set[str]]:
+    mods = modules()
+    return {name: imports_of(path, set(mods)) - {name} for name, path in mods.items()}
+
+
+def test_the_graph_is_read():
+    g = graph()
+    assert {"gpt.trainer", "gpt.report", "components.launcher", "pipeline.pipeline"} <= set(g)
+    assert "gpt.stages" in g["gpt.__main__"] and "gpt.atomic" in g["gpt.report"]
+    assert "components.local" in g["components.stages"]  # an import inside a function counts
+
+
+def test_no_import_cycle():
+    g = graph()
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    path: list[str] = []
+
+    def visit(node: str) -> None:
+        state[node] = 1
+        path.append(node)
+        for nxt in sorted(g[node]):
+            if state.get(nxt) == 1:
+                cycle = path[path.index(nxt):] + [nxt]
+                pytest.fail("import cycle: " + " -> ".join(cycle))
+            if nxt not in state:
+                visit(nxt)
+        path.pop()
+        state[node] = 2
+
+    for node in sorted(g):
+        if node not in state:
+            visit(node)
+
+
+def test_no_import_runs_back_up():
+    for name, deps in graph().items():
+        for dep in deps:
+            upward = ORDER[dep.split(".")[0]] < ORDER[name.split(".")[0]]
+            assert not upward, f"{name} imports {dep}: {name.split('.')[0]}/ must not import upward"
+            assert not dep.endswith("__main__"), f"{name} imports the entry module {dep}"
+
+
+def test_each_stage_is_one_row_with_its_names_derived():
+    for name, stage in STAGES.items():
+        assert stage.name == name
+        assert (PROJECT / "runtimes" / f"{stage.runtime}.yaml").is_file()
+        assert (PROJECT / (stage.component_module.replace(".", "/") + ".py")).is_file()
+        assert (PROJECT / (stage.module.replace(".", "/") + ".py")).is_file()

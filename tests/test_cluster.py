@@ -1,0 +1,130 @@
+"""The test cluster itself (tests/cluster/): it renders TrainJobs as Trainer v2.3 does and runs
+them as JobSet and the kubelet would, on the upstream `torch-distributed` runtime too."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+from cluster import runtimes
+from cluster.render import master_addr, render
+
+from components import launcher
+from components.launcher import GROUP, PLURAL, VERSION, TrainJobSpec
+from components.placement import Placement
+from components.podlogs import LogDirPodLogs
+
+RUNTIMES = {}
+
+
+def runtime(shared, name: str) -> dict:
+    if not RUNTIMES:
+        RUNTIMES.update({rt["metadata"]["name"]: rt for rt in runtimes(shared)})
+    return RUNTIMES[name]
+
+
+def trainjob(runtime_name: str, **trainer) -> dict:
+    return {
+        "metadata": {"name": "train-gpt-r-abc123", "namespace": "training"},
+        "spec": {"runtimeRef": {"name": runtime_name}, "trainer": trainer},
+    }
+
+
+def env_of(container: dict) -> dict:
+    return {e["name"]: e.get("value", e.get("valueFrom")) for e in container["env"]}
+
+
+def test_render_merges_the_trainer_fields_and_injects_the_torch_env(shared):
+    job = trainjob("gpt-train-gpt", image="img:1", command=["sh"], args=["-c", "true"],
+                   env=[{"name": "HOME", "value": "/home/x"}, {"name": "A", "value": "1"}],
+                   numNodes=2, numProcPerNode=3,
+                   resourcesPerNode={"limits": {"nvidia.com/gpu": 1}})  # fmt: skip
+    r = render(job, runtime(shared, "gpt-train-gpt"))
+    c = r.container
+    assert (c["image"], c["command"], c["args"]) == ("img:1", ["sh"], ["-c", "true"])
+    env = env_of(c)
+    assert env["HOME"] == "/home/x" and env["A"] == "1"  # the TrainJob's env wins by name
+    assert env["PET_NNODES"] == "2" and env["PET_NPROC_PER_NODE"] == "3"
+    assert env["PET_MASTER_ADDR"] == "train-gpt-r-abc123-node-0-0.train-gpt-r-abc123"
+    assert env["PET_MASTER_PORT"] == "29500"
+    assert "job-completion-index" in env["PET_NODE_RANK"]["fieldRef"]["fieldPath"]
+    # resourcesPerNode merges over the runtime's requests, key by key.
+    assert c["resources"]["limits"] == {"nvidia.com/gpu": 1}
+    assert c["resources"]["requests"]["cpu"] == "2"
+    assert r.num_nodes == 2 and r.backoff_limit == 0
+    assert master_addr("x") == "x-node-0-0.x"
+
+
+def test_render_of_the_upstream_runtime_takes_the_defaults(shared):
+    upstream = runtime(shared, "torch-distributed")
+    r = render(trainjob("torch-distributed", command=["true"]), upstream)
+    assert r.num_nodes == 1 and r.backoff_limit == 6 and r.max_restarts is None
+    # numProcPerNode "auto" without GPUs or CPU requests: max(1, 0 CPUs).
+    assert env_of(r.container)["PET_NPROC_PER_NODE"] == "1"
+
+
+PRINT_ENV = (
+    "import json, os, sys; print(json.dumps({k: v for k, v in os.environ.items() "
+    "if k.startswith('PET_')})); "
+    "sys.exit(int(os.environ.get('FAIL_ON_RANK', '-1') == os.environ['PET_NODE_RANK']))"
+)
+
+
+def spec(runtime_name: str, nodes: int, env: dict | None = None) -> TrainJobSpec:
+    return TrainJobSpec(
+        stage="torch-distributed", runtime=runtime_name, image="pytorch/pytorch:2.13.0",
+        command=["python", "-c", PRINT_ENV], env=env or {},
+        placement=Placement(num_nodes=nodes, timeout=60),
+    )  # fmt: skip
+
+
+@pytest.mark.apiserver
+def test_the_upstream_runtime_runs_one_pod_per_node_named_as_jobset_names_them(trainer_cluster):
+    ns = trainer_cluster.namespace
+    outcome = launcher.launch(spec("torch-distributed", 2), ns, "up", say=lambda _: None)
+    run = trainer_cluster.runs[outcome.name]
+    assert [p.index for p in run.pods] == [0, 1]
+    for pod in run.pods:
+        assert re.fullmatch(rf"{outcome.name}-node-0-{pod.index}-[b-z2-9]{{5}}", pod.name)
+        # What torchrun would see: the cluster's own values, and the pod's node rank.
+        assert pod.env["PET_NODE_RANK"] == str(pod.index) and pod.env["PET_NNODES"] == "2"
+        assert pod.env["PET_MASTER_ADDR"] == master_addr(outcome.name)
+        printed = json.loads(pod.log.splitlines()[0])
+        assert printed["PET_NODE_RANK"] == str(pod.index)
+        assert printed["PET_MASTER_ADDR"] == "127.0.0.1"  # the DNS name, resolved here
+    # The launcher read node 0's log through the log folder.
+    assert '"PET_NODE_RANK": "0"' in outcome.log
+    stored = trainer_cluster.api.get_namespaced_custom_object(GROUP, VERSION, ns, PLURAL,
+                                                              outcome.name)  # fmt: skip
+    (done,) = stored["status"]["conditions"]
+    assert (done["type"], done["reason"]) == ("Complete", "AllJobsCompleted")
+
+
+@pytest.mark.apiserver
+def test_a_failed_pod_is_retried_within_backoff_limit_then_fails_the_jobset(trainer_cluster):
+    # The upstream runtime keeps the Job's default backoffLimit 6: node 1 fails every time,
+    # so the Job sees 7 failures, then the JobSet (no failurePolicy) fails.
+    ns = trainer_cluster.namespace
+    with pytest.raises(launcher.TrainJobFailed) as err:
+        launcher.launch(spec("torch-distributed", 2, {"FAIL_ON_RANK": "1"}), ns, "up",
+                        say=lambda _: None)  # fmt: skip
+    (run,) = trainer_cluster.runs.values()
+    assert [p.index for p in run.pods].count(1) == 7
+    assert "FailedJobs: jobset failed due to one or more job failures (first failed job: " in str(
+        err.value)
+    assert f"{run.trainjob['metadata']['name']}-node-0)" in str(err.value)
+    assert "Log tail:" in str(err.value)
+
+
+def test_the_log_folder_lists_pods_node_zero_first(tmp_path):
+    for pod, index in (("j-node-0-1-abcde", "1"), ("j-node-0-0-fghjk", "0"), ("k-node-0-0-x", "0")):
+        (tmp_path / "ns" / pod).mkdir(parents=True)
+        labels = {"jobset.sigs.k8s.io/jobset-name": pod[0],
+                  "batch.kubernetes.io/job-completion-index": index}  # fmt: skip
+        (tmp_path / "ns" / pod / "labels.json").write_text(json.dumps(labels))
+        (tmp_path / "ns" / pod / "node.log").write_text("a\nb\nc\n")
+    logs = LogDirPodLogs(tmp_path)
+    assert logs.pods("ns", "j") == ["j-node-0-0-fghjk", "j-node-0-1-abcde"]
+    assert logs.log("ns", "j-node-0-0-fghjk", 2) == "b\nc\n"
+    assert "unavailable" in logs.log("ns", "gone", None)

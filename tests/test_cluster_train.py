@@ -1,0 +1,146 @@
+"""train-gpt as a multi-node TrainJob on the test cluster: torchrun's rendezvous on the Trainer's
+PET_* env across node pods, and a node lost (JobSet restarts, then no restarts left)."""
+
+from __future__ import annotations
+
+import copy
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from apiserver import apply_cluster_object
+from safetensors.torch import load_file
+
+from components.launcher import GROUP, VERSION, TrainJobFailed
+from components.placement import Placement
+from components.stages import run_stage
+from gpt.rundir import RunDir
+from tests.train_fixtures import records, train, write_data
+
+pytestmark = [pytest.mark.slow, pytest.mark.apiserver]
+
+PROJECT = Path(__file__).resolve().parent.parent
+# No dropout: its masks are per-rank random draws. The rest is tests/train_fixtures.py's TINY.
+FLAGS = {
+    "n_layer": 1, "n_head": 2, "n_embd": 32, "block_size": 16, "batch_size": 8,
+    "learning_rate": 3e-3, "min_lr": 3e-4, "warmup_iters": 3, "time_budget": 0,
+    "eval_iters": 2, "log_interval": 1, "device": "cpu", "dropout": 0,
+}  # fmt: skip
+
+
+def train_on_cluster(cluster, run: str, nodes: int, procs: int, **flags) -> dict[str, bytes]:
+    """train-gpt through its component path (run_stage, backend trainjob) on `cluster`."""
+    values = {"root": "/gpt", "run": run, **FLAGS, **flags}
+    placement = Placement(num_nodes=nodes, num_proc_per_node=procs, timeout=120)
+    return run_stage("train-gpt", values, placement, backend="trainjob", image="gpt-workload:t",
+                     namespace=cluster.namespace, say=lambda _: None)  # fmt: skip
+
+
+@pytest.fixture
+def pvc(trainer_cluster) -> Path:
+    """The folder that is PVC gpt-pvc (/gpt in the pods)."""
+    return trainer_cluster.kubelet.claims["gpt-pvc"]
+
+
+def flags_as_cli(flags: dict) -> list[str]:
+    return [a for k, v in flags.items() for a in (f"--{k}", str(v))]
+
+
+@pytest.mark.parametrize("nodes,procs", [(2, 1), (2, 2)])
+def test_nodes_train_through_the_rendezvous_as_one_process_would(
+    nodes, procs, pvc, trainer_cluster
+):
+    steps = {"max_iters": 8, "eval_interval": 4, "ckpt_interval": 4}
+    write_data(pvc, "ddp")
+    train_on_cluster(trainer_cluster, "ddp", nodes, procs, **steps)
+    (run,) = trainer_cluster.runs.values()
+    assert [p.index for p in run.pods] == list(range(nodes)) and run.restarts == 0
+    assert all(p.env["PET_NNODES"] == str(nodes) for p in run.pods)
+    node0, node1 = (p.log for p in run.pods)
+    assert f"{nodes * procs} process(es) on cpu" in node0
+    assert node0.count("done: 8 steps") == 1 and "done: 8 steps" not in node1  # rank 0 alone
+
+    ddp = records(RunDir.of(pvc, "ddp"))
+    assert [r["step"] for r in ddp] == list(range(1, 9))  # written once, by rank 0
+    write_data(pvc, "one")
+    assert train(pvc, "one", *flags_as_cli({**FLAGS, **steps})) == 0
+    for a, b in zip(ddp, records(RunDir.of(pvc, "one")), strict=True):
+        assert a["loss"] == pytest.approx(b["loss"], rel=1e-4), a["step"]
+
+
+def lose_node_after_checkpoint(cluster, pvc: Path, run: str, index: int) -> threading.Thread:
+    """A thread that SIGKILLs node `index` of the train TrainJob once ckpt/LATEST exists."""
+
+    def kill() -> None:
+        latest = RunDir.of(pvc, run).latest
+        job = cluster.wait_for("train-gpt-")
+        while not latest.exists():
+            time.sleep(0.01)
+        job.lose_node(index)
+        killed_at.append(time.monotonic())
+
+    killed_at: list[float] = []
+    thread = threading.Thread(target=kill, daemon=True)
+    thread.killed_at = killed_at
+    thread.start()
+    return thread
+
+
+LONG = {"max_iters": 60, "eval_interval": 30, "ckpt_interval": 10}
+
+
+def test_a_lost_node_restarts_the_jobset_and_training_ends_as_if_uninterrupted(
+    pvc, trainer_cluster
+):
+    write_data(pvc, "lost")
+    killer = lose_node_after_checkpoint(trainer_cluster, pvc, "lost", 1)
+    train_on_cluster(trainer_cluster, "lost", 2, 1, **LONG)
+    killer.join(5)
+    (run,) = trainer_cluster.runs.values()
+    assert run.restarts == 1, "the node was lost after training ended: make LONG longer"
+    assert "resumed from step-" in run.current[0].log
+    assert [r["step"] for r in records(RunDir.of(pvc, "lost"))][-1] == 60
+
+    write_data(pvc, "whole")
+    train_on_cluster(trainer_cluster, "whole", 2, 1, **LONG)
+    a = load_file(RunDir.of(pvc, "lost").model_dir / "model.safetensors")
+    b = load_file(RunDir.of(pvc, "whole").model_dir / "model.safetensors")
+    assert a.keys() == b.keys()
+    for key in a:
+        assert a[key].equal(b[key]), key
+
+
+def recreate(api, runtime: dict) -> None:
+    """Delete and create `runtime` again: its failurePolicy is immutable (a CEL rule)."""
+    name = runtime["metadata"]["name"]
+    api.delete_cluster_custom_object(GROUP, VERSION, "clustertrainingruntimes", name)
+    apply_cluster_object(api, runtime)
+
+
+def test_without_restarts_left_the_step_fails_at_once_and_a_rerun_resumes(
+    pvc, trainer_cluster
+):
+    runtime = yaml.safe_load((PROJECT / "runtimes/gpt-train-gpt.yaml").read_text())
+    strict = copy.deepcopy(runtime)
+    strict["spec"]["template"]["spec"]["failurePolicy"]["maxRestarts"] = 0
+    recreate(trainer_cluster.api, strict)
+    try:
+        write_data(pvc, "r")
+        killer = lose_node_after_checkpoint(trainer_cluster, pvc, "r", 1)
+        with pytest.raises(TrainJobFailed) as err:
+            train_on_cluster(trainer_cluster, "r", 2, 1, **LONG)
+        failed_at = time.monotonic()
+    finally:
+        recreate(trainer_cluster.api, runtime)
+    assert failed_at - killer.killed_at[0] < 1.0
+    text = str(err.value)
+    assert "ReachedMaxRestarts: jobset failed due to reaching max number of restarts" in text
+    assert "Log tail:" in text
+
+    # The same run again (a pipeline re-run): it resumes from the checkpoint the lost run left.
+    latest = RunDir.of(pvc, "r").latest.read_text().strip()
+    train_on_cluster(trainer_cluster, "r", 2, 1, **LONG)
+    rerun = list(trainer_cluster.runs.values())[-1]
+    assert f"resumed from {latest}" in rerun.current[0].log

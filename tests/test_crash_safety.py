@@ -1,0 +1,201 @@
+"""The local pipeline survives SIGKILL anywhere, and two pipelines on one run never interleave.
+
+Each trial kills `python -m pipeline run-local` (what `make demo` runs) with its whole process
+group at a random moment, then runs the same command again: the re-run must complete, end with
+the same data and bit-identical weights as an uninterrupted run, and leave no temporary or
+half-written file under the root. The kill moments are spread over the whole pipeline, so every
+stage is hit several times, at whatever it happens to be doing (tokenizing, writing a
+checkpoint, exporting, answering a prompt).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from gpt.atomic import _LEFTOVER
+
+PROJECT = Path(__file__).resolve().parent.parent
+RUN = "crash"
+# The embedded corpus and the default tokenizer, seed and dropout; a small model, trained long
+# enough to write several checkpoints and resume from one.
+SETTINGS = {
+    "n_layer": 1, "n_head": 2, "n_embd": 32, "block_size": 32, "batch_size": 8,
+    "max_iters": 60, "ckpt_interval": 10, "eval_interval": 20, "eval_iters": 4,
+    "log_interval": 5, "max_new_tokens": 16, "prompt": ["To be, or not to be"],
+}  # fmt: skip
+KILLS = 22  # at least 20 land before the pipeline ends on its own
+
+
+def command(root: Path) -> list[str]:
+    sets = [a for k, v in SETTINGS.items() for a in ("--set", f"{k}={json.dumps(v)}")]
+    return [sys.executable, "-m", "pipeline", "run-local", "--root", str(root), "--run", RUN,
+            *sets]
+
+
+STAGES = ("load-corpus", "train-gpt", "generative-prompt")
+
+
+class Pipeline:
+    """The pipeline as a process in a session of its own (so a kill takes the whole group, as
+    Ctrl-C or a lost machine would), and when each of its steps began and ended."""
+
+    def __init__(self, root: Path) -> None:
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        self.proc = subprocess.Popen(command(root), cwd=PROJECT, stdout=subprocess.PIPE,
+                                     stderr=subprocess.STDOUT, text=True, env=env,
+                                     start_new_session=True)
+        self.lines: list[str] = []
+        self.began: dict[str, float] = {}
+        self.ended: dict[str, float] = {}
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.append(line)
+            # kfp.local logs "Executing task 'x'" and "Task 'x' finished with status ..."
+            events = (self.began if "Executing task" in line
+                      else self.ended if "finished with status" in line else None)
+            for stage in STAGES:
+                if events is not None and f"'{stage}'" in line:
+                    events.setdefault(stage, time.monotonic())
+
+    def running(self) -> str | None:
+        """The step under way now (the last one begun), or None before the first."""
+        begun = [s for s in STAGES if s in self.began]
+        return begun[-1] if begun else None
+
+    def kill(self) -> None:
+        os.killpg(self.proc.pid, signal.SIGKILL)
+
+    def wait(self) -> int:
+        code = self.proc.wait(timeout=600)
+        self._reader.join(timeout=60)
+        return code
+
+    def output(self) -> str:
+        return "".join(self.lines)
+
+
+def complete(root: Path) -> None:
+    out = subprocess.run(command(root), cwd=PROJECT, capture_output=True, text=True,
+                         timeout=600)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+
+
+def processes_under(root: Path) -> list[int]:
+    """Live processes whose command line names `root`: a stage that outlived the kill."""
+    found = []
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            state = (proc / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if str(root) in cmdline and state != "Z":
+            found.append(int(proc.name))
+    return found
+
+
+def losses(run: Path) -> list[tuple]:
+    rows = [json.loads(line) for line in (run / "metrics" / "train.jsonl").read_text().splitlines()]
+    return [(r["step"], r.get("loss"), r.get("val_loss")) for r in rows]
+
+
+def assert_same_run(run: Path, reference: Path) -> None:
+    for rel in ("corpus/text.txt", "corpus/source.json", "data/train.bin", "data/val.bin",
+                "data/meta.json", "data/tokenizer.json", "model/model.safetensors",
+                "model/config.json", "model/tokenizer.json", "ckpt/LATEST"):
+        assert (run / rel).read_bytes() == (reference / rel).read_bytes(), rel
+    final = (reference / "ckpt" / "LATEST").read_text().strip()
+    weights = f"ckpt/{final}/model.safetensors"
+    assert (run / weights).read_bytes() == (reference / weights).read_bytes(), weights
+    assert losses(run) == losses(reference)
+    replies = [json.loads(line)["reply"] for line in
+               (run / "prompt" / "transcript.jsonl").read_text().splitlines()]
+    reference_reply = json.loads((reference / "prompt" / "transcript.jsonl").read_text())["reply"]
+    assert replies[-1] == reference_reply  # a killed attempt's replies stay in the transcript
+
+
+def assert_nothing_half_written(root: Path) -> None:
+    left = [p for p in root.rglob("*") if _LEFTOVER.match(p.name) or p.name.endswith(".lock")]
+    assert not left, f"left behind: {left}"
+    assert [p.name for p in (root / "kfp-outputs").iterdir()] == [RUN]
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory) -> tuple[Path, dict[str, float]]:
+    """An uninterrupted run, and how long each of its steps took."""
+    root = tmp_path_factory.mktemp("reference")
+    pipeline = Pipeline(root)
+    assert pipeline.wait() == 0, pipeline.output()[-3000:]
+    assert set(pipeline.began) == set(pipeline.ended) == set(STAGES), pipeline.output()[-3000:]
+    return root / RUN, {s: pipeline.ended[s] - pipeline.began[s] for s in STAGES}
+
+
+@pytest.mark.slow
+def test_sigkill_at_random_moments_then_the_same_command_completes_identically(
+    reference, tmp_path: Path
+) -> None:
+    ref_run, durations = reference
+    seed = random.randrange(2**32)
+    rng = random.Random(seed)
+    hit: dict[str, int] = {}
+    for trial in range(KILLS):
+        root = tmp_path / f"trial-{trial}"
+        # Each step in turn, at a random moment of its length in the uninterrupted run.
+        target = STAGES[trial % len(STAGES)]
+        pipeline = Pipeline(root)
+        while target not in pipeline.began and pipeline.proc.poll() is None:
+            time.sleep(0.01)
+        moment = rng.uniform(0, durations[target])
+        time.sleep(moment)
+        if pipeline.proc.poll() is None:
+            pipeline.kill()
+            stage = pipeline.running() or "start"
+            hit[stage] = hit.get(stage, 0) + 1
+        pipeline.wait()
+        # The kernel kills a stage the moment its parent dies; an orphan would live on for
+        # seconds (the rest of its stage), so a short grace tells the two apart.
+        deadline = time.monotonic() + 2
+        while (orphans := processes_under(root)) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        context = f"trial {trial}, killed {moment:.2f} s into {target} (seed {seed})"
+        assert not orphans, f"{context}: processes outlived the kill"
+        complete(root)
+        try:
+            assert_same_run(root / RUN, ref_run)
+            assert_nothing_half_written(root)
+        except AssertionError as e:
+            raise AssertionError(f"{context}: {e}") from None
+    print(f"kills per stage: {hit} (seed {seed})")
+    assert sum(hit.values()) >= 20, hit
+    assert all(hit.get(stage, 0) >= 4 for stage in STAGES), f"every stage is hit: {hit}"
+
+
+@pytest.mark.slow
+def test_two_pipelines_on_one_run_one_wins_the_other_names_the_busy_run(
+    reference, tmp_path: Path
+) -> None:
+    ref_run, _ = reference
+    root = tmp_path / "root"
+    pipelines = [Pipeline(root), Pipeline(root)]
+    codes = [p.wait() for p in pipelines]
+    assert sorted(codes) == [0, 1], [p.output()[-2000:] for p in pipelines]
+    loser = pipelines[codes.index(1)].output()
+    error = loser.strip().splitlines()[-1]
+    assert error.startswith("python -m pipeline run-local: error: --run 'crash' is busy: ")
+    assert f"holds {root}/.{RUN}.lock" in error
+    assert_same_run(root / RUN, ref_run)
+    assert_nothing_half_written(root)
