@@ -19,6 +19,7 @@ BENCHMARKS = {
     "generation": "bench.generation_speed",
     "launcher": "bench.launcher_latency",
     "time_to_quality": "bench.time_to_quality",
+    "vs_nanogpt": "bench.vs_nanogpt",
 }
 
 

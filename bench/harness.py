@@ -22,8 +22,9 @@ if TYPE_CHECKING:
     from gpt.rundir import RunDir
 
 RESULTS = Path(__file__).resolve().parent / "results"
-# ../shared beside the project: the larger corpora and the test API server.
-SHARED = Path(__file__).resolve().parents[2] / "shared"
+# ../shared beside the project: the larger corpora, the peers and the test API server; or a copy
+# of it that GPT_SHARED names (on a GPU machine, which gets the checkout alone).
+SHARED = Path(os.environ.get("GPT_SHARED") or Path(__file__).resolve().parents[2] / "shared")
 
 
 def machine() -> dict[str, Any]:

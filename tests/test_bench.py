@@ -70,3 +70,39 @@ def test_time_to_quality_sends_corpus_flags_to_the_corpus_stage(tmp_path):
     assert (meta["max_vocab"], meta["vocab_size"]) == (300, 300)
     assert [p["step"] for p in row["curve"]] == list(range(1, CHECKPOINTS + 1))
     assert row["corpus_flags"] == {"max_vocab": "300"} and row["steps"] == CHECKPOINTS
+
+
+def test_rates_are_timed_from_the_end_of_the_warm_up_to_the_end_of_the_last_step():
+    from bench.vs_nanogpt import Case, Shape, row_of
+
+    shape = Shape(1, 1, 8, 4, 100, "char", "cpu", steps=5, warmup=1)
+    # nanoGPT logs iterations 0..4, we log steps 1..5: the same five steps, at the same times.
+    times = [2.0, 3.0, 3.5, 4.0, 4.5]
+    for trainer, first in (("nanogpt", 0), ("ours", 1)):
+        arrivals = [(first + i, t) for i, t in enumerate(times)]
+        row = row_of(shape, Case(trainer, trainer, 4), {"arrivals": arrivals, "rss_mib": 300.0},
+                     flops=0.0, peak=None)
+        assert row["steps_timed"] == 4  # from the end of step 1 (warm-up) to that of step 5
+        assert row["tokens_per_s"] == pytest.approx(4 * 100 / 2.5)
+        assert row["first_step_s"] == 2.0 and row["rss_mib"] == 300.0
+
+
+@pytest.mark.slow
+def test_vs_nanogpt_runs_the_peer_and_ours_side_by_side(shared, tmp_path, monkeypatch):
+    from bench import vs_nanogpt
+
+    tiny = vs_nanogpt.Shape(2, 2, 32, 32, 256, "char", "cpu", steps=8, warmup=2)
+    monkeypatch.setattr(vs_nanogpt, "shape_for", lambda cuda, quick: tiny)
+    main(["--quick", "--results", str(tmp_path), "vs_nanogpt"])
+
+    doc = json.loads((tmp_path / "vs_nanogpt.json").read_text())
+    assert doc["settings"]["device_name"] == "cpu" and doc["settings"]["shape"]["steps"] == 8
+    rows = {row["case"]: row for row in doc["rows"]}
+    assert sorted(rows) == ["nanoGPT", "ours, GPT-2 choices", "ours, default model"]
+    for row in rows.values():  # every trainer ran its 8 steps and was timed over the last 6
+        assert row["steps_timed"] == 6 and row["tokens_per_s"] > 0
+        assert 0 < row["first_step_s"] < 120 and row["rss_mib"] > 50
+    assert rows["nanoGPT"]["ratio_to_best_nanogpt"] == 1.0
+    ours = rows["ours, default model"]
+    assert ours["ratio_to_best_nanogpt"] == pytest.approx(
+        ours["tokens_per_s"] / rows["nanoGPT"]["tokens_per_s"])

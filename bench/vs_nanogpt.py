@@ -1,0 +1,276 @@
+"""Training speed side by side with nanoGPT: the peer trainer, unchanged, in the same run.
+
+Both trainers run as the programs a user runs (`python train.py` from ../shared/peers/nanogpt,
+`python -m gpt train-gpt`), one case after another on the same machine and the same token file
+(written by `python -m gpt load-corpus`; nanoGPT reads its uint16 layout as is). This process
+timestamps each step line as it arrives, so both are timed by one clock, in one way:
+
+- **first step**: from process start to the first optimizer step's line (imports, data, model
+  build, compilation, and for nanoGPT the evaluation it runs before step 0);
+- **tokens/s**: tokens of the steps between the warm-up's last line and the final line, over the
+  time between the two lines. Both log every step, so both pay one host sync per step;
+- **MFU** (CUDA): tokens/s x training FLOPs per token of the shape (the same count for both,
+  PaLM's 6N + 12LCT at the true vocabulary) / the GPU's dense bf16 peak;
+- **peak memory**: the GPU memory nvidia-smi reports for the process (CUDA), or its peak
+  resident memory (CPU, from wait4).
+
+Shapes: on CUDA, GPT-2 124M (12 x 12 x 768, context 1024, 65,536 tokens per optimizer step,
+GPT-2's 50,257-token BPE, bf16, torch.compile on both), nanoGPT at micro-batch 16 x 4 and 64 x 1,
+this project with its default model (rope, relu2) and with GPT-2's choices (learned positions,
+GELU) at the same two splits. On CPU, nanoGPT's "baby GPT" (4 x 4 x 128, context 64, batch 12,
+characters, fp32, no compile) for both. Both without bias and dropout, as nanoGPT's defaults.
+
+nanoGPT and the plays come from ../shared (or the folder GPT_SHARED names, e.g. a copy carried
+to a GPU machine).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import pickle
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bench.harness import SHARED, Result
+from gpt.stages import to_args
+
+REPO = Path(__file__).resolve().parents[1]
+NANOGPT = SHARED / "peers" / "nanogpt"
+PLAYS = SHARED / "data" / "shakespeare_plays.txt"
+GPT2_CHOICES = {"position": "learned", "activation": "gelu"}
+# Step lines: nanoGPT's `iter N: loss L, time T ms, mfu M%`, ours `step N/M | loss L | ...`.
+STEP_LINE = {"nanogpt": re.compile(r"^iter (\d+): loss"), "ours": re.compile(r"^step +(\d+)/")}
+
+
+@dataclass(frozen=True)
+class Shape:
+    """The model and batch both trainers train, and how the data is tokenized."""
+
+    n_layer: int
+    n_head: int
+    n_embd: int
+    block_size: int
+    tokens_per_step: int
+    tokenizer: str
+    device: str
+    steps: int
+    """Optimizer steps per case."""
+    warmup: int
+    """Steps left out of tokens/s (compilation, allocator and cache warm-up)."""
+
+    def sequences(self) -> int:
+        return self.tokens_per_step // self.block_size
+
+
+@dataclass(frozen=True)
+class Case:
+    trainer: str  # "nanogpt" or "ours"
+    label: str
+    micro_batch: int
+    flags: dict[str, Any] = field(default_factory=dict)
+
+
+def shape_for(cuda: bool, quick: bool) -> Shape:
+    if cuda:
+        return Shape(12, 12, 768, 1024, 65536, "gpt2", "cuda", 30 if quick else 80, 10)
+    return Shape(4, 4, 128, 64, 768, "char", "cpu", 40 if quick else 300, 10 if quick else 50)
+
+
+def cases(shape: Shape, quick: bool) -> list[Case]:
+    n = shape.sequences()
+    if shape.device == "cpu":
+        return [Case("nanogpt", "nanoGPT", n), Case("ours", "ours, GPT-2 choices", n, GPT2_CHOICES),
+                Case("ours", "ours, default model", n)]
+    splits = [16, 64] if not quick else [16]
+    found = [Case("nanogpt", f"nanoGPT {m} x {n // m}", m) for m in splits]
+    for m in splits:
+        found += [Case("ours", f"ours default {m} x {n // m}", m),
+                  Case("ours", f"ours GPT-2 choices {m} x {n // m}", m, GPT2_CHOICES)]
+    return found
+
+
+def nanogpt_command(shape: Shape, case: Case, dataset: str) -> list[str]:
+    cuda = shape.device == "cuda"
+    flags = {
+        "dataset": dataset, "out_dir": "out", "device": shape.device,
+        "compile": cuda, "dtype": "bfloat16" if cuda else "float32",
+        "n_layer": shape.n_layer, "n_head": shape.n_head, "n_embd": shape.n_embd,
+        "block_size": shape.block_size, "batch_size": case.micro_batch,
+        "gradient_accumulation_steps": shape.sequences() // case.micro_batch,
+        "max_iters": shape.steps - 1,  # it runs iterations 0 .. max_iters
+        "lr_decay_iters": shape.steps, "warmup_iters": shape.steps // 4,
+        "eval_interval": 10**9, "eval_iters": 1, "log_interval": 1,
+        "always_save_checkpoint": False, "dropout": 0.0, "bias": False,
+    }  # fmt: skip
+    return [sys.executable, "train.py", *(f"--{k}={v}" for k, v in flags.items())]
+
+
+def ours_command(shape: Shape, case: Case, root: Path, run: str) -> list[str]:
+    cuda = shape.device == "cuda"
+    flags = {
+        "root": root, "run": run, "device": shape.device, "compile": cuda,
+        "n_layer": shape.n_layer, "n_head": shape.n_head, "n_embd": shape.n_embd,
+        "block_size": shape.block_size, "batch_size": shape.sequences(),
+        "grad_accum": shape.sequences() // case.micro_batch, "max_iters": shape.steps,
+        "warmup_iters": shape.steps // 4, "time_budget": 0, "eval_interval": shape.steps,
+        "eval_iters": 1, "ckpt_interval": shape.steps, "log_interval": 1, "dropout": 0.0,
+        "bias": False, "resume": "never", **case.flags,
+    }  # fmt: skip
+    return [sys.executable, "-m", "gpt", "train-gpt", *to_args(flags)]
+
+
+class GPUMemory(threading.Thread):
+    """The most GPU memory nvidia-smi reports for one process while it runs (MiB)."""
+
+    def __init__(self, pid: int) -> None:
+        super().__init__(daemon=True)
+        self.pid, self.peak_mib, self.done = pid, 0, threading.Event()
+        self.tool = shutil.which("nvidia-smi")
+
+    def run(self) -> None:
+        query = [self.tool, "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"]
+        while self.tool and not self.done.wait(0.5):
+            out = subprocess.run(query, capture_output=True, text=True).stdout
+            for line in out.splitlines():
+                pid, _, mib = line.partition(",")
+                if pid.strip() == str(self.pid) and mib.strip().isdigit():
+                    self.peak_mib = max(self.peak_mib, int(mib))
+
+
+def timed_run(argv: list[str], cwd: Path, trainer: str, log: Path) -> dict[str, Any]:
+    """Run one trainer; the arrival time of each step line, and its peak memory."""
+    env = dict(os.environ, PYTHONUNBUFFERED="1", PYTHONPATH=str(REPO))
+    start = time.perf_counter()
+    proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)  # fmt: skip
+    gpu = GPUMemory(proc.pid)
+    gpu.start()
+    arrivals: list[tuple[int, float]] = []
+    with log.open("a") as out:
+        out.write(f"$ {' '.join(argv)}\n")
+        for line in proc.stdout:
+            out.write(line)
+            if m := STEP_LINE[trainer].match(line):
+                arrivals.append((int(m[1]), time.perf_counter() - start))
+        _, status, usage = os.wait4(proc.pid, 0)
+    gpu.done.set()
+    if os.waitstatus_to_exitcode(status) != 0 or not arrivals:
+        raise RuntimeError(f"{trainer} failed or logged no step; see {log}:\n"
+                           f"{log.read_text()[-2000:]}")
+    return {"arrivals": arrivals, "rss_mib": usage.ru_maxrss / 1024, "gpu_mib": gpu.peak_mib}
+
+
+def row_of(shape: Shape, case: Case, run: dict[str, Any], flops: float, peak: float | None):
+    arrivals = run["arrivals"]
+    # nanoGPT numbers its steps from 0, we from 1: both lines mean "this many steps done".
+    done = [(n + 1 if case.trainer == "nanogpt" else n, t) for n, t in arrivals]
+    # Timed from the end of the last warm-up step to the end of the last step.
+    (n0, t0), (n1, t1) = done[max(0, min(shape.warmup, len(done) - 1) - 1)], done[-1]
+    tokens_per_s = (n1 - n0) * shape.tokens_per_step / (t1 - t0)
+    row = {
+        "case": case.label, "trainer": case.trainer, "micro_batch": case.micro_batch,
+        "tokens/s": f"{tokens_per_s:,.0f}", "tokens_per_s": tokens_per_s,
+        "first step": f"{done[0][1]:.1f} s", "first_step_s": done[0][1],
+        "steps_timed": n1 - n0,
+    }  # fmt: skip
+    if shape.device == "cuda":
+        row["peak memory"] = f"{run['gpu_mib'] / 1024:.1f} GiB" if run["gpu_mib"] else "n/a"
+        row["gpu_mib"] = run["gpu_mib"]
+    else:
+        row["peak memory"] = f"{run['rss_mib']:,.0f} MiB RSS"
+        row["rss_mib"] = run["rss_mib"]
+    if peak:
+        row["mfu"] = tokens_per_s * flops / peak
+        row["MFU"] = f"{row['mfu']:.1%}"
+    return row
+
+
+def prepare_data(shape: Shape, root: Path, quick: bool) -> tuple[str, int]:
+    """`load-corpus` of the plays (a quick CPU run: the embedded text) into run `data` under
+    `root`, the whole vocabulary kept; the run's name and its vocabulary size."""
+    from gpt.config import CorpusConfig
+    from gpt.corpus import main as corpus_main
+    from gpt.rundir import DataMeta
+
+    source = "default" if quick and shape.device == "cpu" else str(PLAYS)
+    cfg = CorpusConfig(root=str(root), run="data", source=source, tokenizer=shape.tokenizer,
+                       compact=False, block_size=shape.block_size)
+    with contextlib.redirect_stdout(io.StringIO()):
+        corpus_main(cfg)
+    meta = DataMeta.read(cfg.rundir.meta_json)
+    if meta.dtype != "uint16":
+        raise RuntimeError(f"{cfg.rundir.meta_json}: nanoGPT reads uint16 token files only")
+    return cfg.run, meta.vocab_size
+
+
+def nanogpt_workdir(root: Path, data_run: str, vocab_size: int, shape: Shape) -> Path:
+    """nanoGPT's working directory: its three files, and our token files as its dataset."""
+    work = root / "nanogpt"
+    dataset = work / "data" / "bench"
+    dataset.mkdir(parents=True)
+    for name in ("train.py", "model.py", "configurator.py"):
+        shutil.copy(NANOGPT / name, work / name)
+    for name in ("train.bin", "val.bin"):
+        (dataset / name).symlink_to(root / data_run / "data" / name)
+    if shape.tokenizer != "gpt2":  # without meta.pkl nanoGPT assumes GPT-2's padded 50,304
+        # The peer's own format: written here, read only by the peer, never by this project.
+        (dataset / "meta.pkl").write_bytes(pickle.dumps({"vocab_size": vocab_size}))
+    return work
+
+
+def run(quick: bool) -> Result:
+    import torch
+
+    from gpt.config import GPTConfig
+    from gpt.model import GPT
+    from gpt.trainer import PEAK_FLOPS
+
+    if not (NANOGPT / "train.py").is_file():
+        raise RuntimeError(f"{NANOGPT}: nanoGPT not found (set GPT_SHARED to a copy of shared/)")
+    cuda = torch.cuda.is_available()
+    shape = shape_for(cuda, quick)
+    name = torch.cuda.get_device_name() if cuda else ""
+    peak = next((v for k, v in PEAK_FLOPS.items() if k in name), None) if cuda else None
+    result = Result(
+        "vs_nanogpt",
+        {"shape": {k: v for k, v in vars(shape).items()}, "nanogpt": str(NANOGPT),
+         "device_name": name or "cpu", "peak_flops": peak,
+         "threads": os.environ.get("OMP_NUM_THREADS", "one per core (each trainer's default)")},
+        ["case", "tokens/s", "vs nanoGPT", "first step", "peak memory", *(["MFU"] if peak else [])],
+    )
+    with tempfile.TemporaryDirectory(prefix="vs-nanogpt-") as tmp:
+        root = Path(tmp)
+        data_run, vocab_size = prepare_data(shape, root, quick)
+        model = GPT(GPTConfig(n_layer=shape.n_layer, n_head=shape.n_head, n_embd=shape.n_embd,
+                              block_size=shape.block_size, vocab_size=vocab_size, bias=False))
+        flops = model.flops_per_token()
+        del model
+        work = nanogpt_workdir(root, data_run, vocab_size, shape)
+        log = root / "runs.log"
+        for i, case in enumerate(cases(shape, quick)):
+            print(f"vs_nanogpt: {case.label} ...", flush=True)
+            if case.trainer == "nanogpt":
+                argv, cwd = nanogpt_command(shape, case, "bench"), work
+            else:
+                run_name = f"ours-{i}"
+                (root / run_name).mkdir()
+                for part in ("corpus", "data"):  # one token file for every case
+                    (root / run_name / part).symlink_to(root / data_run / part)
+                argv, cwd = ours_command(shape, case, root, run_name), REPO
+            result.rows.append(row_of(shape, case, timed_run(argv, cwd, case.trainer, log),
+                                      flops, peak))
+        best = max(r["tokens_per_s"] for r in result.rows if r["trainer"] == "nanogpt")
+        for row in result.rows:
+            row["ratio_to_best_nanogpt"] = row["tokens_per_s"] / best
+            row["vs nanoGPT"] = f"{row['ratio_to_best_nanogpt']:.2f}x"
+    return result
