@@ -7,8 +7,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from matplotlib.figure import Figure
-
 from gpt import atomic
 from gpt.rundir import RunDir
 
@@ -44,6 +42,9 @@ def keep_until(path: Path, step: int) -> None:
 
 
 def plot_losses(records: list[dict[str, Any]], dest: Path) -> None:
+    # Imported here, at the end of training: at the top it would cost every start ~0.3 s.
+    from matplotlib.figure import Figure
+
     fig = Figure(figsize=(7, 4), layout="tight")
     ax = fig.add_subplot()
     for key, label, style in (("loss", "train", "-"), ("val_loss", "validation", "o-")):
