@@ -31,6 +31,9 @@ GOODBYE = "Goodbye."
 EXIT_WORDS = ("exit", "quit")
 # How often an idle terminal re-draws the prompt, so someone who attaches sees it within this long.
 REDRAW_EVERY_S = 10.0
+# The longest piped line read as a prompt; a longer one is skipped whole. The model sees at most
+# block_size tokens of a prompt anyway, and a line without end must not fill the memory.
+MAX_LINE_CHARS = 65536
 
 HELP = """\
 Type a prompt and press Enter; the model continues the text.
@@ -47,6 +50,10 @@ exit, quit, Ctrl-D or Ctrl-C end the session."""
 
 class IdleTimeout(Exception):
     """Nobody typed anything for --idle-timeout seconds."""
+
+
+class LineTooLong(Exception):
+    """A piped line longer than MAX_LINE_CHARS; it was read to its end and dropped."""
 
 
 def _top_k(text: str) -> int | None:
@@ -180,8 +187,9 @@ def _read_line(out: TextIO, typed: Callable[[], str] | None, deadline: float | N
     A SIGALRM handler does both: it runs inside readline's wait and an exception it raises ends
     input(), for a terminal and a pipe alike. Signals work on the main thread only.
     """
+    read = input if typed is not None else _read_piped
     if typed is None and deadline is None:
-        return input(PROMPT)
+        return read(PROMPT)
 
     def arm() -> None:
         delay = REDRAW_EVERY_S if typed is not None else float("inf")
@@ -200,10 +208,25 @@ def _read_line(out: TextIO, typed: Callable[[], str] | None, deadline: float | N
     previous = signal.signal(signal.SIGALRM, on_alarm)
     arm()
     try:
-        return input(PROMPT)
+        return read(PROMPT)
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
+
+
+def _read_piped(prompt: str) -> str:
+    """input() for a pipe, reading at most MAX_LINE_CHARS at a time: the line without its end,
+    EOFError at the end of input, LineTooLong (after reading past it) for a longer line."""
+    sys.stdout.write(prompt)
+    sys.stdout.flush()
+    line = sys.stdin.readline(MAX_LINE_CHARS + 1)
+    if not line:
+        raise EOFError
+    if len(line) <= MAX_LINE_CHARS or line.endswith("\n"):
+        return line.removesuffix("\n")
+    while (rest := sys.stdin.readline(MAX_LINE_CHARS)) and not rest.endswith("\n"):
+        pass
+    raise LineTooLong
 
 
 def interact(chat: Chat, idle_timeout: float | None) -> None:
@@ -218,7 +241,11 @@ def interact(chat: Chat, idle_timeout: float | None) -> None:
     try:
         while True:
             deadline = None if idle_timeout is None else time.monotonic() + idle_timeout
-            line = _read_line(chat.out, typed, deadline)
+            try:
+                line = _read_line(chat.out, typed, deadline)
+            except LineTooLong:
+                chat.say(f"\n{NOTE}line longer than {MAX_LINE_CHARS:,} characters: skipped")
+                continue
             if not terminal:
                 chat.say(line)  # echo piped input so the output reads as a conversation
             line = line.strip()

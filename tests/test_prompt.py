@@ -188,6 +188,23 @@ def test_pipe_one_prompt_per_line(rundir: RunDir) -> None:
     assert [(t["prompt"], t["top_k"]) for t in lines] == [("To be", None), ("or not", 3)]
 
 
+def test_pipe_a_line_too_long_is_skipped_and_the_session_goes_on(rundir: RunDir) -> None:
+    from gpt.repl import MAX_LINE_CHARS
+
+    endless = "x" * (3 * MAX_LINE_CHARS + 5)  # read in bounded pieces, never held whole
+    stdin = f"{endless}\nTo be\n{'y' * MAX_LINE_CHARS}\nquit\n"
+    out = subprocess.run(
+        [sys.executable, *args(rundir, "--max_new_tokens", "3")],
+        input=stdin, capture_output=True, text=True, env=ENV, timeout=60,
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.count(f"line longer than {MAX_LINE_CHARS:,} characters: skipped") == 1
+    assert "xxxxx" not in out.stdout and out.stdout.rstrip().endswith(GOODBYE)
+    # The skipped line took nothing after it: the next prompt and a line of exactly the limit
+    # are answered.
+    assert [len(t["prompt"]) for t in transcript(rundir)] == [5, MAX_LINE_CHARS]
+
+
 def test_pipe_end_of_input_ends_cleanly(rundir: RunDir) -> None:
     out = subprocess.run(
         [sys.executable, *args(rundir)], input="To be\n", capture_output=True, text=True,
