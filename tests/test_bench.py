@@ -106,3 +106,32 @@ def test_vs_nanogpt_runs_the_peer_and_ours_side_by_side(shared, tmp_path, monkey
     ours = rows["ours, default model"]
     assert ours["ratio_to_best_nanogpt"] == pytest.approx(
         ours["tokens_per_s"] / rows["nanoGPT"]["tokens_per_s"])
+
+
+def test_on_cuda_both_trainers_get_gpt2_124m_at_the_same_tokens_per_step(tmp_path):
+    """The GPU comparison, checked without a GPU: the command lines each case would run."""
+    from bench import vs_nanogpt
+    from gpt.cli import parse_config
+    from gpt.config import TrainConfig
+
+    shape = vs_nanogpt.shape_for(cuda=True, quick=False)
+    splits = set()
+    for case in vs_nanogpt.cases(shape, quick=False):
+        if case.trainer == "nanogpt":
+            argv = vs_nanogpt.nanogpt_command(shape, case, "bench")
+            flags = dict(a[2:].split("=", 1) for a in argv[2:])
+            tokens = (int(flags["batch_size"]) * int(flags["gradient_accumulation_steps"])
+                      * int(flags["block_size"]))
+            shape_of = (flags["n_layer"], flags["n_head"], flags["n_embd"])
+            assert (flags["device"], flags["dtype"], flags["compile"]) == ("cuda", "bfloat16",
+                                                                           "True")
+        else:
+            argv = vs_nanogpt.ours_command(shape, case, tmp_path, "r")
+            cfg = parse_config(TrainConfig, argv[4:], "train-gpt", "")  # validated as the CLI does
+            tokens = cfg.batch_size * cfg.block_size
+            assert cfg.batch_size // cfg.grad_accum == case.micro_batch
+            shape_of = (str(cfg.n_layer), str(cfg.n_head), str(cfg.n_embd))
+            assert (cfg.device, cfg.compile) == ("cuda", True)
+        assert tokens == 65536 and shape_of == ("12", "12", "768")
+        splits.add((case.trainer, case.micro_batch))
+    assert splits == {(t, m) for t in ("nanogpt", "ours") for m in (16, 64)}
