@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench.harness import SHARED, Result
+from bench.harness import SHARED, Result, Stats, fmt_stats
 from gpt.stages import to_args
 
 REPO = Path(__file__).resolve().parents[1]
@@ -49,6 +49,7 @@ NANOGPT = SHARED / "peers" / "nanogpt"
 PLAYS = SHARED / "data" / "shakespeare_plays.txt"
 GPT2_CHOICES = {"position": "learned", "activation": "gelu"}
 # Step lines: nanoGPT's `iter N: loss L, time T ms, mfu M%`, ours `step N/M | loss L | ...`.
+REPEATS = 3  # runs of each case on a CPU (medians and spreads in the table)
 STEP_LINE = {"nanogpt": re.compile(r"^iter (\d+): loss"), "ours": re.compile(r"^step +(\d+)/")}
 
 
@@ -170,27 +171,37 @@ def timed_run(argv: list[str], cwd: Path, trainer: str, log: Path) -> dict[str, 
     return {"arrivals": arrivals, "rss_mib": usage.ru_maxrss / 1024, "gpu_mib": gpu.peak_mib}
 
 
-def row_of(shape: Shape, case: Case, run: dict[str, Any], flops: float, peak: float | None):
-    arrivals = run["arrivals"]
+def rate_of(shape: Shape, trainer: str, arrivals: list[tuple[int, float]]) -> tuple[float, int]:
+    """tokens/s of one run, timed from the end of the last warm-up step to the end of the last
+    step, and how many steps that is."""
     # nanoGPT numbers its steps from 0, we from 1: both lines mean "this many steps done".
-    done = [(n + 1 if case.trainer == "nanogpt" else n, t) for n, t in arrivals]
-    # Timed from the end of the last warm-up step to the end of the last step.
+    done = [(n + 1 if trainer == "nanogpt" else n, t) for n, t in arrivals]
     (n0, t0), (n1, t1) = done[max(0, min(shape.warmup, len(done) - 1) - 1)], done[-1]
-    tokens_per_s = (n1 - n0) * shape.tokens_per_step / (t1 - t0)
+    return (n1 - n0) * shape.tokens_per_step / (t1 - t0), n1 - n0
+
+
+def row_of(shape: Shape, case: Case, runs: list[dict[str, Any]], flops: float,
+           peak: float | None) -> dict[str, Any]:
+    """One case's row from its repeated runs: medians and spreads."""
+    rates = [rate_of(shape, case.trainer, run["arrivals"]) for run in runs]
+    rate = Stats([r for r, _ in rates])
+    first = Stats([run["arrivals"][0][1] for run in runs])
     row = {
         "case": case.label, "trainer": case.trainer, "micro_batch": case.micro_batch,
-        "tokens/s": f"{tokens_per_s:,.0f}", "tokens_per_s": tokens_per_s,
-        "first step": f"{done[0][1]:.1f} s", "first_step_s": done[0][1],
-        "steps_timed": n1 - n0,
+        "tokens/s": fmt_stats(rate), "tokens_per_s": rate.as_dict(),
+        "first step": fmt_stats(first, " s"), "first_step_s": first.as_dict(),
+        "steps_timed": rates[0][1],
     }  # fmt: skip
     if shape.device == "cuda":
-        row["peak memory"] = f"{run['gpu_mib'] / 1024:.1f} GiB" if run["gpu_mib"] else "n/a"
-        row["gpu_mib"] = run["gpu_mib"]
+        mib = max(run["gpu_mib"] for run in runs)
+        row["peak memory"] = f"{mib / 1024:.1f} GiB" if mib else "n/a"
+        row["gpu_mib"] = mib
     else:
-        row["peak memory"] = f"{run['rss_mib']:,.0f} MiB RSS"
-        row["rss_mib"] = run["rss_mib"]
+        mib = max(run["rss_mib"] for run in runs)
+        row["peak memory"] = f"{mib:,.0f} MiB RSS"
+        row["rss_mib"] = mib
     if peak:
-        row["mfu"] = tokens_per_s * flops / peak
+        row["mfu"] = rate.median * flops / peak
         row["MFU"] = f"{row['mfu']:.1%}"
     return row
 
@@ -257,20 +268,25 @@ def run(quick: bool) -> Result:
         del model
         work = nanogpt_workdir(root, data_run, vocab_size, shape)
         log = root / "runs.log"
-        for i, case in enumerate(cases(shape, quick)):
-            print(f"vs_nanogpt: {case.label} ...", flush=True)
-            if case.trainer == "nanogpt":
-                argv, cwd = nanogpt_command(shape, case, "bench"), work
-            else:
-                run_name = f"ours-{i}"
-                (root / run_name).mkdir()
-                for part in ("corpus", "data"):  # one token file for every case
-                    (root / run_name / part).symlink_to(root / data_run / part)
-                argv, cwd = ours_command(shape, case, root, run_name), REPO
-            result.rows.append(row_of(shape, case, timed_run(argv, cwd, case.trainer, log),
-                                      flops, peak))
-        best = max(r["tokens_per_s"] for r in result.rows if r["trainer"] == "nanogpt")
+        todo = cases(shape, quick)
+        runs: list[list[dict[str, Any]]] = [[] for _ in todo]
+        # Repeats interleaved (every case once, then again), so a slow spell of the machine
+        # falls on all cases alike. A compiled 124M case costs a minute: once each on CUDA.
+        for attempt in range(1 if cuda or quick else REPEATS):
+            for i, case in enumerate(todo):
+                print(f"vs_nanogpt: {case.label} ({attempt + 1}) ...", flush=True)
+                if case.trainer == "nanogpt":
+                    argv, cwd = nanogpt_command(shape, case, "bench"), work
+                else:
+                    run_name = f"ours-{i}-{attempt}"
+                    (root / run_name).mkdir()
+                    for part in ("corpus", "data"):  # one token file for every case
+                        (root / run_name / part).symlink_to(root / data_run / part)
+                    argv, cwd = ours_command(shape, case, root, run_name), REPO
+                runs[i].append(timed_run(argv, cwd, case.trainer, log))
+        result.rows = [row_of(shape, c, r, flops, peak) for c, r in zip(todo, runs, strict=True)]
+        best = max(r["tokens_per_s"]["median"] for r in result.rows if r["trainer"] == "nanogpt")
         for row in result.rows:
-            row["ratio_to_best_nanogpt"] = row["tokens_per_s"] / best
+            row["ratio_to_best_nanogpt"] = row["tokens_per_s"]["median"] / best
             row["vs nanoGPT"] = f"{row['ratio_to_best_nanogpt']:.2f}x"
     return result

@@ -79,12 +79,12 @@ def test_rates_are_timed_from_the_end_of_the_warm_up_to_the_end_of_the_last_step
     # nanoGPT logs iterations 0..4, we log steps 1..5: the same five steps, at the same times.
     times = [2.0, 3.0, 3.5, 4.0, 4.5]
     for trainer, first in (("nanogpt", 0), ("ours", 1)):
-        arrivals = [(first + i, t) for i, t in enumerate(times)]
-        row = row_of(shape, Case(trainer, trainer, 4), {"arrivals": arrivals, "rss_mib": 300.0},
-                     flops=0.0, peak=None)
+        runs = [{"arrivals": [(first + i, t + extra) for i, t in enumerate(times)],
+                 "rss_mib": 300.0 + extra} for extra in (0.0, 1.0)]
+        row = row_of(shape, Case(trainer, trainer, 4), runs, flops=0.0, peak=None)
         assert row["steps_timed"] == 4  # from the end of step 1 (warm-up) to that of step 5
-        assert row["tokens_per_s"] == pytest.approx(4 * 100 / 2.5)
-        assert row["first_step_s"] == 2.0 and row["rss_mib"] == 300.0
+        assert row["tokens_per_s"]["values"] == pytest.approx([4 * 100 / 2.5] * 2)
+        assert row["first_step_s"]["values"] == [2.0, 3.0] and row["rss_mib"] == 301.0
 
 
 @pytest.mark.slow
@@ -100,12 +100,12 @@ def test_vs_nanogpt_runs_the_peer_and_ours_side_by_side(shared, tmp_path, monkey
     rows = {row["case"]: row for row in doc["rows"]}
     assert sorted(rows) == ["nanoGPT", "ours, GPT-2 choices", "ours, default model"]
     for row in rows.values():  # every trainer ran its 8 steps and was timed over the last 6
-        assert row["steps_timed"] == 6 and row["tokens_per_s"] > 0
-        assert 0 < row["first_step_s"] < 120 and row["rss_mib"] > 50
+        assert row["steps_timed"] == 6 and row["tokens_per_s"]["median"] > 0
+        assert 0 < row["first_step_s"]["median"] < 120 and row["rss_mib"] > 50
     assert rows["nanoGPT"]["ratio_to_best_nanogpt"] == 1.0
     ours = rows["ours, default model"]
     assert ours["ratio_to_best_nanogpt"] == pytest.approx(
-        ours["tokens_per_s"] / rows["nanoGPT"]["tokens_per_s"])
+        ours["tokens_per_s"]["median"] / rows["nanoGPT"]["tokens_per_s"]["median"])
 
 
 def test_on_cuda_both_trainers_get_gpt2_124m_at_the_same_tokens_per_step(tmp_path):
