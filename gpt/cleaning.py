@@ -68,12 +68,13 @@ def normalised(chunks: Iterable[bytes], removed: dict[str, int]) -> Iterator[str
         # A \r at a chunk's end may be the first half of \r\n: wait for the next chunk.
         held = text[-1:] if text.endswith("\r") and not final else ""
         text = text[: len(text) - len(held)]
-        crlf = text.count("\r\n")
-        text = text.replace("\r\n", "\n")
-        cr = text.count("\r")
-        newlines += crlf + cr
+        if "\r" in text:
+            crlf = text.count("\r\n")
+            text = text.replace("\r\n", "\n")
+            newlines += crlf + text.count("\r")
+            text = text.replace("\r", "\n")
         if text:
-            yield text.replace("\r", "\n") if cr else text
+            yield text
     if newlines:
         removed["newlines_normalised"] = newlines
 
@@ -173,6 +174,10 @@ class _Markers:
                 self.start = self.base + (nl if nl >= 0 else len(seg))
                 self.start_open = False
             pos = nl + 1 if nl >= 0 else len(seg)
+        stars = seg.find("***", pos)  # every marker has them: search from the first one's line
+        if stars < 0:
+            return
+        pos = max(pos, seg.rfind("\n", pos, stars) + 1)
         if self.start is None:
             m = _START.search(seg, pos)
             if m:

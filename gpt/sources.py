@@ -29,6 +29,7 @@ from gpt.errors import InputError
 DEFAULT_SOURCE = "default"
 EMBEDDED_ASSET = "comedy_of_errors.txt"
 USER_AGENT = "gpt-trainjobs/0.1 (load-corpus)"
+MAX_BYTES = 10_000_000_000  # --max_bytes's default (gpt/config.py says why)
 CHUNK = 1 << 20  # bytes read (or downloaded) at a time: memory per document stays this
 
 # Anything spelled like `scheme://...` is a URL (and only http/https are fetched).
@@ -62,7 +63,7 @@ class Download:
     timeout: float = 30.0
     retries: int = 3
     backoff: float = 1.0
-    max_bytes: int = 10_000_000_000
+    max_bytes: int = MAX_BYTES
 
 
 def kind_of(source: str) -> str:

@@ -17,10 +17,11 @@ import codecs
 import os
 import re
 from collections import deque
-from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO, TypeVar
 
 import numpy as np
 
@@ -31,7 +32,7 @@ CHUNK_CHARS = 1 << 20  # characters tokenized at a time (per core)
 # A chunk with no safe cut this long is tokenized whole (only text without newlines or spaces
 # between words gets there).
 MAX_CHUNK_CHARS = 1 << 26
-ID_CHUNK = 1 << 22  # ids renumbered at a time
+ID_CHUNK = 1 << 20  # ids renumbered at a time
 SPLITS = ("train", "val")
 # Where GPT-2's pre-tokenizer (tokenizer.GPT2_PAT_STR) ends a piece whatever comes after, and
 # starts the next one afresh: after a newline between two non-space characters (the newline is a
@@ -39,6 +40,8 @@ SPLITS = ("train", "val")
 # the next word's piece). Python's \S is narrower than the pattern's, so these hold there too.
 SAFE_CUT = re.compile(r"(?<=\S\n)(?=\S)|(?<=[A-Za-z])(?= [A-Za-z])")
 _CUT_WINDOW = 1 << 16
+T = TypeVar("T")
+R = TypeVar("R")
 
 
 @dataclass
@@ -121,40 +124,49 @@ def _gpt2(
         return TokenFiles(GPT2Tokenizer(), tuple(tokens), tuple(nbytes))
     tok = GPT2Tokenizer.fit_counts(counts, max_vocab)
     dtype = dtype_for(tok.vocab_size)
-    for split, src in zip(SPLITS, files, strict=True):
-        ids = np.memmap(src, dtype=gpt2_dtype, mode="r") if src.stat().st_size else []
-        with open(out / f"{split}.bin", "wb") as f:
-            n = 0
-            for i in range(0, len(ids), ID_CHUNK):
-                compacted = tok.compact_ids(ids[i : i + ID_CHUNK]).astype(dtype)
-                f.write(compacted.tobytes())
-                n += len(compacted)
-        tokens[SPLITS.index(split)] = n
-        del ids
+
+    def renumber(ids: np.ndarray) -> bytes:
+        return tok.compact_ids(ids).astype(dtype).tobytes()
+
+    for i, (split, src) in enumerate(zip(SPLITS, files, strict=True)):
+        # Read, not memory-mapped: the pages of a mapped file count as resident memory.
+        with open(src, "rb") as ids, open(out / f"{split}.bin", "wb") as f:
+            for data in _in_order(renumber, _read_ids(ids, gpt2_dtype)):
+                f.write(data)
+        tokens[i] = (out / f"{split}.bin").stat().st_size // np.dtype(dtype).itemsize
         src.unlink()
     return TokenFiles(tok, tuple(tokens), tuple(nbytes))
 
 
-def _encoded(parts: Iterator[tuple[int, str]]) -> Iterator[tuple[int, int, np.ndarray]]:
-    """(split, UTF-8 bytes, GPT-2 ids) per chunk, in order, encoded on every core; at most two
-    chunks per core are in flight, so memory stays bounded."""
-    enc = gpt2_encoding()
+def _read_ids(f: BinaryIO, dtype: str) -> Iterator[np.ndarray]:
+    while len(ids := np.fromfile(f, dtype=dtype, count=ID_CHUNK)):
+        yield ids
+
+
+def _in_order(fn: Callable[[T], R], items: Iterable[T]) -> Iterator[R]:
+    """fn(item) for each item, in order, computed on every core (tiktoken and numpy release the
+    GIL); at most two items per core are in flight, so memory stays bounded."""
     workers = os.cpu_count() or 1
-
-    def encode(text: str) -> np.ndarray:
-        # No special tokens: "<|endoftext|>" in a text is just text (as encode_ordinary).
-        return enc.encode_to_numpy(text, disallowed_special=())
-
     with ThreadPoolExecutor(workers) as pool:
-        pending: deque = deque()
-        for split, text in parts:
-            pending.append((split, len(text.encode("utf-8")), pool.submit(encode, text)))
+        pending: deque[Future[R]] = deque()
+        for item in items:
+            pending.append(pool.submit(fn, item))
             if len(pending) >= 2 * workers:
-                split, size, ids = pending.popleft()
-                yield split, size, ids.result()
+                yield pending.popleft().result()
         while pending:
-            split, size, ids = pending.popleft()
-            yield split, size, ids.result()
+            yield pending.popleft().result()
+
+
+def _encoded(parts: Iterator[tuple[int, str]]) -> Iterator[tuple[int, int, np.ndarray]]:
+    """(split, UTF-8 bytes, GPT-2 ids) per chunk, in order."""
+    enc = gpt2_encoding()
+
+    def encode(part: tuple[int, str]) -> tuple[int, int, np.ndarray]:
+        split, text = part
+        # No special tokens: "<|endoftext|>" in a text is just text (as encode_ordinary).
+        return split, len(text.encode("utf-8")), enc.encode_to_numpy(text, disallowed_special=())
+
+    return _in_order(encode, parts)
 
 
 def _char(path: Path, cut: int, out: Path, progress: Callable[[int, int], None]) -> TokenFiles:
