@@ -40,12 +40,12 @@ class Progress:
 
     def _show(self, now: float) -> None:
         rate = self.nbytes / max(now - self.start, 1e-9)
-        left = max(self.total - self.nbytes, 0) / rate if rate else 0.0
-        line = (
-            f"corpus: {self.what} {self.nbytes / 1e6:,.1f}/{self.total / 1e6:,.1f} MB, "
-            f"{rate / 1e6:.1f} MB/s" + (f", {self.tokens:,} tokens" if self.tokens else "")
-            + f", ETA {_clock(left)}"
-        )
+        line = f"corpus: {self.what} {self.nbytes / 1e6:,.1f}"
+        line += f"/{self.total / 1e6:,.1f} MB" if self.total else " MB"
+        line += f", {rate / 1e6:.1f} MB/s"
+        line += f", {self.tokens:,} tokens" if self.tokens else ""
+        if self.total and rate:  # the size of a download without a length is not known
+            line += f", ETA {_clock(max(self.total - self.nbytes, 0) / rate)}"
         self.out.write(f"\r{line}\033[K" if self.tty else line + "\n")
         self.out.flush()
         self.shown = True

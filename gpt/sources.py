@@ -25,6 +25,7 @@ from typing import Any
 
 from gpt.cleaning import emit, normalised, scan
 from gpt.errors import InputError
+from gpt.progress import Progress
 
 DEFAULT_SOURCE = "default"
 EMBEDDED_ASSET = "comedy_of_errors.txt"
@@ -219,12 +220,15 @@ def _get(url: str, dl: Download, dest: Path) -> int:
     req = urllib.request.Request(url, headers={"User-Agent": USER_AGENT})
     with urllib.request.urlopen(req, timeout=dl.timeout) as resp, open(dest, "wb") as out:
         length = resp.headers.get("Content-Length")
-        if length and length.isdigit() and int(length) > dl.max_bytes:
+        length = length or ""
+        if length.isdigit() and int(length) > dl.max_bytes:
             raise InputError(f"--source {url!r}: {length} bytes exceeds --max_bytes {dl.max_bytes}")
-        got = 0
+        got, progress = 0, Progress("downloaded", int(length) if length.isdigit() else 0)
         while chunk := resp.read(CHUNK):
             got += len(chunk)
             if got > dl.max_bytes:
                 raise InputError(f"--source {url!r}: more than --max_bytes {dl.max_bytes} bytes")
             out.write(chunk)
+            progress.update(len(chunk))
+        progress.done()
     return got
