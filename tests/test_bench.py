@@ -70,3 +70,18 @@ def test_time_to_quality_sends_corpus_flags_to_the_corpus_stage(tmp_path):
     assert (meta["max_vocab"], meta["vocab_size"]) == (300, 300)
     assert [p["step"] for p in row["curve"]] == list(range(1, CHECKPOINTS + 1))
     assert row["corpus_flags"] == {"max_vocab": "300"} and row["steps"] == CHECKPOINTS
+
+
+def test_the_corpus_benchmark_measures_speed_and_peak_memory_next_to_raw_tiktoken(
+    tmp_path, monkeypatch
+):
+    from bench import corpus_speed
+
+    monkeypatch.setattr(corpus_speed, "SIZES", {"5 MB": 300_000})  # the embedded corpus, 3 times
+    monkeypatch.setattr(corpus_speed, "PLAYS", tmp_path / "absent.txt")
+    result = corpus_speed.run(quick=True)
+    cases = [(r["tokenizer"], r["compact"]) for r in result.rows]
+    assert cases == [("gpt2", True), ("char", False)]
+    for row in result.rows:
+        assert row["bytes"] > 250_000 and row["MB/s"] > 0 and row["raw tiktoken MB/s"] > 0
+        assert 10 < row["peak RSS MB"] < 600 and row["vs raw"].endswith("x")
