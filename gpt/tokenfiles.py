@@ -80,8 +80,15 @@ def chunks(path: Path, cut: int, safe: bool) -> Iterator[tuple[int, str]]:
 
 
 def _last_cut(buf: str) -> int:
-    """The last safe cut in `buf` (0: none yet, keep reading)."""
-    for start in (len(buf) - _CUT_WINDOW, 0):
+    """A safe cut near the end of `buf` (0: none yet, keep reading)."""
+    # Fast path, nearly always taken: the last newline near the end between two non-spaces.
+    floor = len(buf) - _CUT_WINDOW
+    i = buf.rfind("\n", 0, len(buf) - 1)
+    while i > max(floor, 0):
+        if not buf[i - 1].isspace() and not buf[i + 1].isspace():
+            return i + 1
+        i = buf.rfind("\n", 0, i)
+    for start in (floor, 0):
         last = 0
         for m in SAFE_CUT.finditer(buf, max(start, 1)):
             last = m.start()
@@ -164,7 +171,8 @@ def _encoded(parts: Iterator[tuple[int, str]]) -> Iterator[tuple[int, int, np.nd
     def encode(part: tuple[int, str]) -> tuple[int, int, np.ndarray]:
         split, text = part
         # No special tokens: "<|endoftext|>" in a text is just text (as encode_ordinary).
-        return split, len(text.encode("utf-8")), enc.encode_to_numpy(text, disallowed_special=())
+        size = len(text) if text.isascii() else len(text.encode("utf-8"))
+        return split, size, enc.encode_to_numpy(text, disallowed_special=())
 
     return _in_order(encode, parts)
 
