@@ -1,53 +1,149 @@
-"""Corpus stage: MB/s to read, clean, split, tokenize and write a text, per tokenizer."""
+"""Corpus stage at scale: MB/s and peak resident memory at 5 MB, 100 MB (and 2 GB with
+--large), per tokenizer, next to raw tiktoken on every core on the same text.
+
+Each case runs `python -m gpt load-corpus` as a child process: its wall time gives MB/s (source
+bytes over seconds, start-up included) and os.wait4's ru_maxrss its peak resident memory. Raw
+tiktoken is `encode_ordinary_batch(..., num_threads=cores)` over the same file, also in a child,
+timed over the encoding alone (the text read in 64 MB pieces cut at a newline, each encoded in
+1 MB chunks): the speed the stage aims at (goal: at least 0.8x, in at most ~600 MB).
+
+The 100 MB and 2 GB texts are the Shakespeare plays repeated, written to a temporary directory
+(the 2 GB one only with --large: `python -m bench.corpus_speed --large`, not in CI).
+"""
 
 from __future__ import annotations
 
-import contextlib
-import io
+import argparse
+import os
+import subprocess
+import sys
 import tempfile
+import time
 from importlib import resources
+from pathlib import Path
 
-from bench.harness import SHARED, Result, Stats, fmt_stats, repeat, timed
-from gpt.config import CorpusConfig
-from gpt.corpus import main as corpus_main
+from bench.harness import SHARED, Result, Stats, fmt_stats
 from gpt.sources import EMBEDDED_ASSET
 
 PLAYS = SHARED / "data" / "shakespeare_plays.txt"
 CASES = [("gpt2", True), ("gpt2", False), ("char", False)]
+SIZES = {"5 MB": 5_000_000, "100 MB": 100_000_000, "2 GB": 2_000_000_000}
+PROJECT = Path(__file__).resolve().parent.parent
+
+# The raw tokenizer, alone: read the file in pieces, encode on every core, report the seconds.
+RAW = """
+import os, sys, time
+from gpt.tokenizer import gpt2_encoding
+enc, spent = gpt2_encoding(), 0.0
+with open(sys.argv[1], encoding="utf-8", newline="") as f:
+    rest = ""
+    while True:
+        piece = f.read(1 << 26)
+        text, rest = (rest + piece, "") if not piece else _split(rest + piece)
+        chunks, i = [], 0
+        while i < len(text):
+            j = text.find("\\n", i + (1 << 20))
+            j = len(text) if j < 0 else j + 1
+            chunks.append(text[i:j])
+            i = j
+        t0 = time.perf_counter()
+        enc.encode_ordinary_batch(chunks, num_threads=os.cpu_count())
+        spent += time.perf_counter() - t0
+        if not piece:
+            break
+print(spent)
+"""
+RAW_SPLIT = """
+def _split(text):
+    k = text.rfind("\\n") + 1 or len(text)
+    return text[:k], text[k:]
+"""
 
 
-def run(quick: bool) -> Result:
-    source = PLAYS if PLAYS.exists() else None  # else the embedded default
-    embedded = resources.files("gpt.assets") / EMBEDDED_ASSET
-    size = source.stat().st_size if source else len(embedded.read_bytes())
-    repeats = 1 if quick else 3
+def source_text(size: int, folder: Path) -> Path:
+    """A text of about `size` bytes: the plays (or the embedded corpus) repeated."""
+    unit = PLAYS.read_bytes() if PLAYS.exists() else (
+        resources.files("gpt.assets") / EMBEDDED_ASSET
+    ).read_bytes()
+    if size <= len(unit):
+        path = PLAYS if PLAYS.exists() else folder / "text.txt"
+        if not path.exists():
+            path.write_bytes(unit)
+        return path
+    path = folder / f"text-{size}.txt"
+    with open(path, "wb") as f:
+        for _ in range(max(1, round(size / len(unit)))):
+            f.write(unit)
+    return path
+
+
+def child(cmd: list[str]) -> tuple[float, float, str]:
+    """Run `cmd`; its wall seconds, peak resident MB (ru_maxrss) and stdout."""
+    env = {**os.environ, "PYTHONPATH": str(PROJECT)}
+    with tempfile.TemporaryFile() as out:
+        t0 = time.perf_counter()
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.PIPE, env=env, cwd=PROJECT)
+        _, status, usage = os.wait4(proc.pid, 0)
+        seconds = time.perf_counter() - t0
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        if proc.returncode:
+            raise RuntimeError(f"{cmd[:4]} failed: {proc.stderr.read().decode()[-2000:]}")
+        proc.stderr.close()
+        out.seek(0)
+        return seconds, usage.ru_maxrss * 1024 / 1e6, out.read().decode()
+
+
+def run(quick: bool, large: bool = False, tokenizers: tuple[str, ...] = ("gpt2", "char")) -> Result:
+    sizes = ["5 MB"] if quick else ["5 MB", "100 MB"] + (["2 GB"] if large else [])
     result = Result(
         "corpus",
-        {"source": str(source or "default"), "bytes": size, "repeats": repeats, "warmup": 1},
-        ["tokenizer", "compact", "seconds", "MB/s"],
+        {"sizes": sizes, "source": "the Shakespeare plays, repeated", "cores": os.cpu_count()},
+        ["size", "tokenizer", "compact", "seconds", "MB/s", "peak RSS MB", "raw tiktoken MB/s",
+         "vs raw"],
     )
-    for tokenizer, compact in CASES:
-        if quick and not compact and tokenizer == "gpt2":
-            continue
-
-        def once(tokenizer: str = tokenizer, compact: bool = compact) -> float:
-            with tempfile.TemporaryDirectory() as root, contextlib.redirect_stdout(io.StringIO()):
-                cfg = CorpusConfig(
-                    root=root, run="bench", source=str(source or "default"),
-                    tokenizer=tokenizer, compact=compact, block_size=64,
+    with tempfile.TemporaryDirectory() as tmp:
+        for label in sizes:
+            folder = Path(tmp) / label.replace(" ", "")
+            folder.mkdir()
+            path = source_text(SIZES[label], folder)
+            nbytes = path.stat().st_size
+            raw_s, raw_rss, printed = child([sys.executable, "-c", RAW_SPLIT + RAW, str(path)])
+            raw = nbytes / 1e6 / float(printed)
+            print(f"bench: corpus {label}: raw tiktoken {raw:.2f} MB/s, {raw_rss:.0f} MB",
+                  flush=True)
+            for tokenizer, compact in CASES:
+                if tokenizer not in tokenizers or (quick and tokenizer == "gpt2" and not compact):
+                    continue
+                seconds, rss, _ = child(
+                    [sys.executable, "-m", "gpt", "load-corpus", "--root", str(folder / "root"),
+                     "--run", f"{tokenizer}-{compact}", "--source", str(path),
+                     "--tokenizer", tokenizer, "--compact", str(compact).lower(),
+                     "--block_size", "64"]
                 )
-                return timed(lambda: corpus_main(cfg))
-
-        seconds = repeat(once, warmup=1, repeats=repeats)
-        mbps = [size / 1e6 / s for s in seconds.values]
-
-        result.rows.append(
-            {
-                "tokenizer": tokenizer,
-                "compact": compact,
-                "seconds": fmt_stats(seconds, " s"),
-                "MB/s": fmt_stats(Stats(mbps)),
-                "mb_per_s": Stats(mbps).as_dict(),
-            }
-        )
+                mbps = nbytes / 1e6 / seconds
+                row = {
+                    "size": label, "bytes": nbytes, "tokenizer": tokenizer, "compact": compact,
+                    "seconds": fmt_stats(Stats([seconds]), " s"), "MB/s": round(mbps, 2),
+                    "peak RSS MB": round(rss), "raw tiktoken MB/s": round(raw, 2),
+                    "vs raw": f"{mbps / raw:.2f}x", "raw_peak_rss_mb": round(raw_rss),
+                    "load_avg_after": round(os.getloadavg()[0], 2),
+                }
+                print(f"bench: corpus {row}", flush=True)
+                result.rows.append(row)
     return result
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench.corpus_speed", description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="5 MB only")
+    parser.add_argument("--large", action="store_true", help="add the 2 GB case (minutes)")
+    parser.add_argument("--tokenizers", default="gpt2,char", help="comma-separated")
+    args = parser.parse_args(argv)
+    result = run(args.quick, args.large, tuple(args.tokenizers.split(",")))
+    result.settings["quick"] = args.quick
+    print(result.markdown())
+    print(f"bench: wrote {result.write()}")
+
+
+if __name__ == "__main__":
+    main()

@@ -118,6 +118,20 @@ def staged_dir(dest: Path | str) -> Iterator[Path]:
         raise
 
 
+@contextlib.contextmanager
+def scratch_dir(near: Path | str) -> Iterator[Path]:
+    """Yield an empty working directory beside `near` (not in it: `near` need not exist yet),
+    removed when the block ends, however it ends. Files made there reach their place by
+    os.replace (same filesystem); one a kill leaves behind is swept like staged_dir's."""
+    near = Path(near)
+    near.parent.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix=f".{near.name}.", suffix=".staging", dir=near.parent))
+    try:
+        yield work
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
 # What a writer cut off mid-write leaves next to its destination `<dest>`: atomic_path's
 # `.<dest>.<random>.tmp`, staged_dir's `.<dest>.<random>.staging` and `.<dest>.old`.
 _LEFTOVER = re.compile(r"^\.(?P<dest>.+)\.(?:[a-z0-9_]{8}\.(?:tmp|staging)|(?P<old>old))$")

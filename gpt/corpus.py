@@ -1,10 +1,13 @@
-"""load-corpus: turn a text into training data in the run directory.
+"""load-corpus: turn a text into training data in the run directory, in bounded memory.
 
-    source -> bytes -> cleaned text -> split (last val_fraction is validation) -> tokenize each
-    part -> corpus/{text.txt,source.json} + data/{train.bin,val.bin,tokenizer.json,meta.json}
+    source -> cleaned text (streamed to a file) -> split (last val_fraction of its characters
+    is validation) -> tokenize each part (streamed, every core) ->
+    corpus/{text.txt,source.json} + data/{train.bin,val.bin,tokenizer.json,meta.json}
 
-Everything that can be refused is refused before the first write; both directories are then
-written in staging directories and renamed into place, so a failure leaves nothing half-written.
+No pass holds the corpus: documents are cleaned chunk by chunk into a scratch directory beside
+the run (gpt/sources.py, gpt/cleaning.py), tokenized from there into token files
+(gpt/tokenfiles.py), and only then moved into staging directories that are renamed into place,
+so a refusal or a kill leaves nothing half-written (a killed run's scratch is swept by the next).
 Re-running with the same inputs is a no-op; different inputs need --overwrite.
 """
 
@@ -12,82 +15,125 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import os
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
-from gpt.atomic import staged_dir, write_bytes, write_json
+from gpt.atomic import scratch_dir, staged_dir, write_json
 from gpt.config import CorpusConfig
 from gpt.errors import InputError
+from gpt.progress import Progress
 from gpt.rundir import CorpusInputs, DataMeta, RunDir, dtype_for
 from gpt.sources import Document, Download, canonical, kind_of, read_source
-from gpt.tokenizer import GPT2Tokenizer, Tokenizer, tokenize_corpus
+from gpt.tokenfiles import TokenFiles, tokenize_file
+from gpt.tokenizer import GPT2Tokenizer, Tokenizer
 
 
 def split(text: str, val_fraction: float) -> tuple[str, str]:
     """Train is the head, validation the last `val_fraction` of the text (as nanoGPT splits)."""
-    cut = int(len(text) * (1 - val_fraction))
+    cut = cut_at(len(text), val_fraction)
     return text[:cut], text[cut:]
+
+
+def cut_at(chars: int, val_fraction: float) -> int:
+    """Where validation starts in a text of `chars` characters."""
+    return int(chars * (1 - val_fraction))
+
+
+class TextFile:
+    """The cleaned text as it is written: its sha256, characters and bytes, counted on the way."""
+
+    def __init__(self, f: BinaryIO) -> None:
+        self.f, self.sha256, self.chars, self.nbytes = f, hashlib.sha256(), 0, 0
+
+    def write(self, text: str) -> int:
+        data = text.encode("utf-8")
+        self.f.write(data)
+        self.sha256.update(data)
+        self.chars += len(text)
+        self.nbytes += len(data)
+        return len(data)
 
 
 def main(cfg: CorpusConfig) -> None:
     rd = cfg.rundir
     kind = kind_of(cfg.source)
-    docs = read_source(cfg.source, download_of(cfg))
-    for doc in docs:
-        print(f"corpus: read {doc.origin} ({kind}): {doc.raw_bytes:,} bytes; {removal(doc)}")
-    text = "\n\n".join(doc.text for doc in docs)
-    text_bytes = text.encode("utf-8")
-    compacted = cfg.compact and cfg.tokenizer == "gpt2"
-    inputs = CorpusInputs(
-        source=canonical(cfg.source),
-        tokenizer=cfg.tokenizer,
-        compact=compacted,
-        max_vocab=cfg.max_vocab if compacted else 0,
-        val_fraction=cfg.val_fraction,
-        block_size=cfg.block_size,
-        corpus_sha256=hashlib.sha256(text_bytes).hexdigest(),
-    )
-    if up_to_date(rd, inputs, cfg.overwrite):
-        print(f"corpus: {rd.path} already up to date (same inputs and text); nothing written")
-        return
-
-    train_text, val_text = split(text, cfg.val_fraction)
-    tok, (train_ids, val_ids) = tokenize_corpus(
-        cfg.tokenizer, [train_text, val_text], cfg.compact, cfg.max_vocab
-    )
-    need = cfg.block_size + 1  # a block of inputs plus the next token as its last target
-    if len(train_ids) < need or len(val_ids) < need:
-        raise InputError(
-            f"--source {cfg.source!r}: corpus too short for --block_size {cfg.block_size}: "
-            f"{len(train_ids)} training and {len(val_ids)} validation tokens, "
-            f"each split needs {need}"
+    with scratch_dir(rd.path) as scratch:
+        text_path = scratch / rd.text_txt.name
+        reading = Progress("cleaned", source_bytes(cfg.source))
+        with open(text_path, "wb") as f:
+            text = TextFile(f)
+            docs = read_source(cfg.source, download_of(cfg), scratch, text.write, reading.update)
+        reading.done()
+        for doc in docs:
+            print(f"corpus: read {doc.origin} ({kind}): {doc.raw_bytes:,} bytes; {removal(doc)}")
+        compacted = cfg.compact and cfg.tokenizer == "gpt2"
+        inputs = CorpusInputs(
+            source=canonical(cfg.source),
+            tokenizer=cfg.tokenizer,
+            compact=compacted,
+            max_vocab=cfg.max_vocab if compacted else 0,
+            val_fraction=cfg.val_fraction,
+            block_size=cfg.block_size,
+            corpus_sha256=text.sha256.hexdigest(),
         )
-    print(f"corpus: tokenizer {describe(tok)}")
+        if up_to_date(rd, inputs, cfg.overwrite):
+            print(f"corpus: {rd.path} already up to date (same inputs and text); nothing written")
+            return
 
-    meta = DataMeta(
-        **dataclasses.asdict(inputs),
-        vocab_size=tok.vocab_size,
-        eot_id=tok.eot_id,
-        dtype=dtype_for(tok.vocab_size),
-        train_tokens=len(train_ids),
-        val_tokens=len(val_ids),
-        train_bytes=len(train_text.encode("utf-8")),
-        val_bytes=len(val_text.encode("utf-8")),
-    )
-    source = {
-        "source": inputs.source,
-        "kind": kind,
-        "documents": [doc.record() for doc in docs],
-        "kept_bytes": len(text_bytes),
-        "sha256": inputs.corpus_sha256,
-    }
-    write(rd, text_bytes, source, tok, train_ids, val_ids, meta)
+        tokenizing = Progress("tokenized", text.nbytes)
+        out = tokenize_file(
+            cfg.tokenizer, text_path, cut_at(text.chars, cfg.val_fraction), cfg.compact,
+            cfg.max_vocab, scratch, tokenizing.update,
+        )
+        tokenizing.done()
+        check_length(cfg, out)
+        tok = out.tokenizer
+        print(f"corpus: tokenizer {describe(tok)}")
+        meta = DataMeta(
+            **dataclasses.asdict(inputs),
+            vocab_size=tok.vocab_size,
+            eot_id=tok.eot_id,
+            dtype=dtype_for(tok.vocab_size),
+            train_tokens=out.tokens[0],
+            val_tokens=out.tokens[1],
+            train_bytes=out.nbytes[0],
+            val_bytes=out.nbytes[1],
+        )
+        source = {
+            "source": inputs.source,
+            "kind": kind,
+            "documents": [doc.record() for doc in docs],
+            "kept_bytes": text.nbytes,
+            "sha256": inputs.corpus_sha256,
+        }
+        write(rd, scratch, source, tok, meta)
     print(
         f"corpus: train {meta.train_tokens:,} tokens ({meta.train_bytes:,} bytes), "
         f"val {meta.val_tokens:,} tokens ({meta.val_bytes:,} bytes), {meta.dtype}"
     )
     print(f"corpus: wrote {rd.corpus_dir}/{{text.txt,source.json}}")
     print(f"corpus: wrote {rd.data_dir}/{{train.bin,val.bin,tokenizer.json,meta.json}}")
+
+
+def check_length(cfg: CorpusConfig, out: TokenFiles) -> None:
+    need = cfg.block_size + 1  # a block of inputs plus the next token as its last target
+    train, val = out.tokens
+    if train < need or val < need:
+        raise InputError(
+            f"--source {cfg.source!r}: corpus too short for --block_size {cfg.block_size}: "
+            f"{train} training and {val} validation tokens, each split needs {need}"
+        )
+
+
+def source_bytes(source: str) -> int:
+    """The size of a local source (for an ETA while cleaning it); 0 where it is not known."""
+    kind = kind_of(source)
+    if kind == "file":
+        return Path(source).stat().st_size
+    if kind == "dir":
+        return sum(p.stat().st_size for p in Path(source).glob("*.txt") if p.is_file())
+    return 0
 
 
 def download_of(cfg: CorpusConfig) -> Download:
@@ -124,23 +170,16 @@ def outputs(rd: RunDir) -> list[Path]:
 
 
 def write(
-    rd: RunDir,
-    text: bytes,
-    source: dict[str, Any],
-    tok: Tokenizer,
-    train_ids: list[int],
-    val_ids: list[int],
-    meta: DataMeta,
+    rd: RunDir, scratch: Path, source: dict[str, Any], tok: Tokenizer, meta: DataMeta
 ) -> None:
-    import numpy as np
-
+    """Move the text and token files from `scratch` into place, with their descriptions."""
     # Both directories are complete before either is renamed into place (data/ first, then
     # corpus/); an error anywhere removes both staging directories.
     with staged_dir(rd.corpus_dir) as corpus, staged_dir(rd.data_dir) as data:
-        write_bytes(corpus / rd.text_txt.name, text)
+        os.replace(scratch / rd.text_txt.name, corpus / rd.text_txt.name)
         write_json(corpus / rd.source_json.name, source)
-        np.asarray(train_ids, dtype=meta.dtype).tofile(data / rd.train_bin.name)
-        np.asarray(val_ids, dtype=meta.dtype).tofile(data / rd.val_bin.name)
+        for f in (rd.train_bin, rd.val_bin):
+            os.replace(scratch / f.name, data / f.name)
         write_json(data / rd.tokenizer_json.name, tok.to_json())
         meta.write(data / rd.meta_json.name)
 

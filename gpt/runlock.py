@@ -91,6 +91,7 @@ def hold(run: RunDir, holder: str) -> Iterator[None]:
         os.ftruncate(fd, 0)
         os.write(fd, f"{holder} (pid {os.getpid()} on {socket.gethostname()})\n".encode())
         atomic.sweep(run.path)
+        atomic.sweep(run.root, run.run)  # scratch_dir's beside the run directory
         yield
     finally:
         with contextlib.suppress(FileNotFoundError):

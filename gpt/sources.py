@@ -2,13 +2,14 @@
 
 A source is spelled one of four ways: `default` (or empty) for the embedded *Comedy of Errors*,
 an `http://` / `https://` URL, a local file, or a local directory whose `*.txt` files (sorted by
-name, not recursive) are read in order. Every refusal is an `InputError` naming the source and
-the reason, raised before anything is written.
+name, not recursive) are read in order. Documents are streamed, never held whole: a URL is
+downloaded to a file first, a file is read in chunks (twice: gpt/cleaning.py), each file of a
+directory is cleaned on its own. Every refusal is an `InputError` naming the source and the
+reason; the caller writes into a staging area, so a refusal leaves nothing behind.
 """
 
 from __future__ import annotations
 
-import hashlib
 import http.client
 import os
 import re
@@ -16,34 +17,34 @@ import stat
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from gpt.cleaning import emit, normalised, scan
 from gpt.errors import InputError
+from gpt.progress import Progress
 
 DEFAULT_SOURCE = "default"
 EMBEDDED_ASSET = "comedy_of_errors.txt"
 USER_AGENT = "gpt-trainjobs/0.1 (load-corpus)"
-CHUNK = 1 << 16
+MAX_BYTES = 10_000_000_000  # --max_bytes's default (gpt/config.py says why)
+CHUNK = 1 << 20  # bytes read (or downloaded) at a time: memory per document stays this
 
-# Project Gutenberg wraps every ebook in "*** START OF THE PROJECT GUTENBERG EBOOK ... ***" and
-# "*** END OF THE PROJECT GUTENBERG EBOOK ... ***"; everything outside them is header and licence.
-_START = re.compile(r"^\*{3}\s*START OF (?:THE |THIS )?PROJECT GUTENBERG.*$", re.I | re.M)
-_END = re.compile(r"^\*{3}\s*END OF (?:THE |THIS )?PROJECT GUTENBERG.*$", re.I | re.M)
 # Anything spelled like `scheme://...` is a URL (and only http/https are fetched).
 _URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
 
 
 @dataclass
 class Document:
-    """One text as read: where from, its raw size and hash, and the cleaned text."""
+    """One text as read: where from, its raw size and hash, what cleaning kept and removed."""
 
     origin: str
     raw_bytes: int
     raw_sha256: str
-    text: str
+    kept_bytes: int
     removed: dict[str, int] = field(default_factory=dict)
 
     def record(self) -> dict[str, Any]:
@@ -51,7 +52,7 @@ class Document:
             "origin": self.origin,
             "raw_bytes": self.raw_bytes,
             "raw_sha256": self.raw_sha256,
-            "kept_bytes": len(self.text.encode("utf-8")),
+            "kept_bytes": self.kept_bytes,
             "removed": self.removed,
         }
 
@@ -63,7 +64,7 @@ class Download:
     timeout: float = 30.0
     retries: int = 3
     backoff: float = 1.0
-    max_bytes: int = 100_000_000
+    max_bytes: int = MAX_BYTES
 
 
 def kind_of(source: str) -> str:
@@ -108,16 +109,26 @@ def canonical(source: str) -> str:
     return source if kind == "url" else str(Path(source).resolve())
 
 
-def read_source(source: str, dl: Download) -> list[Document]:
-    """The cleaned documents of `source`, in order (one, except for a directory)."""
+def read_source(
+    source: str, dl: Download, scratch: Path, write: Callable[[str], int],
+    progress: Callable[[int], None] = lambda n: None,
+) -> list[Document]:
+    """Clean the documents of `source` in order, writing their kept text through `write` (which
+    returns the UTF-8 bytes it wrote), one blank line ("\\n\\n") between documents; returns
+    what was read of each. A URL is downloaded into `scratch` first. `progress` hears of every
+    chunk of raw bytes cleaned."""
     kind = kind_of(source)
     if kind == "embedded":
-        raw = (resources.files("gpt.assets") / EMBEDDED_ASSET).read_bytes()
-        return [to_document(f"embedded:{EMBEDDED_ASSET}", raw)]
+        with resources.as_file(resources.files("gpt.assets") / EMBEDDED_ASSET) as path:
+            origin = f"embedded:{EMBEDDED_ASSET}"
+            return [read_document(origin, path, dl.max_bytes, write, progress)]
     if kind == "url":
-        return [to_document(source, fetch_url(source, dl))]
+        path = scratch / "download"
+        fetch_url(source, dl, path)
+        return [read_document(source, path, dl.max_bytes, write, progress)]
     if kind == "file":
-        return [to_document(str(Path(source).resolve()), read_file(Path(source), dl.max_bytes))]
+        origin = str(Path(source).resolve())
+        return [read_document(origin, Path(source), dl.max_bytes, write, progress)]
     files = sorted(p for p in Path(source).glob("*.txt") if not p.is_dir())
     if not files:
         raise InputError(f"--source {source!r}: directory holds no *.txt files")
@@ -126,42 +137,74 @@ def read_source(source: str, dl: Download) -> list[Document]:
     total = sum(p.stat().st_size for p in files)
     if total > dl.max_bytes:
         raise InputError(f"--source {source!r}: {total} bytes exceeds --max_bytes {dl.max_bytes}")
-    docs, left = [], dl.max_bytes  # the cap holds for the whole directory, growing files too
+    docs: list[Document] = []
+    left = dl.max_bytes  # the cap holds for the whole directory, growing files too
     for p in files:
-        raw = read_file(p, left)
-        left -= len(raw)
-        docs.append(to_document(str(p.resolve()), raw))
+        if docs:
+            write("\n\n")
+        docs.append(read_document(str(p.resolve()), p, left, write, progress))
+        left -= docs[-1].raw_bytes
     return docs
 
 
-def read_file(path: Path, max_bytes: int) -> bytes:
-    """A regular file's bytes, at most `max_bytes` of them even if it grows while read."""
+def read_document(
+    origin: str, path: Path, max_bytes: int, write: Callable[[str], int],
+    progress: Callable[[int], None] = lambda n: None,
+) -> Document:
+    """Check and clean the file at `path` (at most `max_bytes`), writing the kept text."""
     size = path.stat().st_size
     if size > max_bytes:
         raise InputError(f"--source {str(path)!r}: {size} bytes exceeds --max_bytes {max_bytes}")
+    scanned = scan(origin, read_chunks(path, max_bytes))
+
+    def again() -> Iterator[bytes]:  # the bytes scanned, even should the file have grown since
+        for chunk in read_chunks(path, scanned.raw_bytes, cut=True):
+            progress(len(chunk))
+            yield chunk
+
+    kept = emit(origin, scanned, normalised(again(), {}), write)  # bytes
+    return Document(origin, scanned.raw_bytes, scanned.raw_sha256, kept, scanned.removed)
+
+
+def read_chunks(path: Path, max_bytes: int, cut: bool = False) -> Iterator[bytes]:
+    """A regular file's bytes in chunks; more than `max_bytes` (should it grow while read) is
+    refused, or with `cut` not read."""
     try:
         # O_NONBLOCK: should the path have become a FIFO since it was checked, open() returns
         # at once instead of waiting for a writer.
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-        with os.fdopen(fd, "rb") as f:
-            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
-                raise InputError(f"--source {str(path)!r}: not a regular file")
-            data = f.read(max_bytes + 1)
     except OSError as e:
         raise InputError(f"--source {str(path)!r}: cannot read: {e.strerror or e}") from None
-    if len(data) > max_bytes:
-        raise InputError(f"--source {str(path)!r}: more than --max_bytes {max_bytes} bytes")
-    return data
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+            raise InputError(f"--source {str(path)!r}: not a regular file")
+        left = max_bytes
+        while True:
+            try:
+                chunk = f.read(min(CHUNK, left + 1))
+            except OSError as e:
+                reason = e.strerror or e
+                raise InputError(f"--source {str(path)!r}: cannot read: {reason}") from None
+            if not chunk:
+                return
+            if len(chunk) > left:
+                if cut:
+                    yield chunk[:left]
+                    return
+                raise InputError(f"--source {str(path)!r}: more than --max_bytes {max_bytes} bytes")
+            left -= len(chunk)
+            yield chunk
 
 
-def fetch_url(url: str, dl: Download) -> bytes:
-    """GET `url` with a timeout and a size cap, retrying transient failures with backoff."""
+def fetch_url(url: str, dl: Download, dest: Path) -> int:
+    """GET `url` into the file `dest` with a timeout and a size cap, retrying transient failures
+    with backoff; returns the bytes written."""
     last = ""
     for attempt in range(dl.retries + 1):
         if attempt:
             time.sleep(dl.backoff * 2 ** (attempt - 1))
         try:
-            return _get(url, dl)
+            return _get(url, dl, dest)
         except urllib.error.HTTPError as e:
             last = f"HTTP {e.code} {e.reason}"
             if e.code < 500 and e.code != 429:  # the server's answer will not change on retry
@@ -173,61 +216,19 @@ def fetch_url(url: str, dl: Download) -> bytes:
     raise InputError(f"--source {url!r}: unreachable after {attempt + 1} attempt(s): {last}")
 
 
-def _get(url: str, dl: Download) -> bytes:
+def _get(url: str, dl: Download, dest: Path) -> int:
     req = urllib.request.Request(url, headers={"User-Agent": USER_AGENT})
-    with urllib.request.urlopen(req, timeout=dl.timeout) as resp:
+    with urllib.request.urlopen(req, timeout=dl.timeout) as resp, open(dest, "wb") as out:
         length = resp.headers.get("Content-Length")
-        if length and length.isdigit() and int(length) > dl.max_bytes:
+        length = length or ""
+        if length.isdigit() and int(length) > dl.max_bytes:
             raise InputError(f"--source {url!r}: {length} bytes exceeds --max_bytes {dl.max_bytes}")
-        body = bytearray()
+        got, progress = 0, Progress("downloaded", int(length) if length.isdigit() else 0)
         while chunk := resp.read(CHUNK):
-            body += chunk
-            if len(body) > dl.max_bytes:
+            got += len(chunk)
+            if got > dl.max_bytes:
                 raise InputError(f"--source {url!r}: more than --max_bytes {dl.max_bytes} bytes")
-    return bytes(body)
-
-
-def to_document(origin: str, raw: bytes) -> Document:
-    """Decode and clean `raw`; refuse what is not UTF-8 text."""
-    if not raw:
-        raise InputError(f"--source {origin!r}: empty")
-    if b"\x00" in raw:
-        raise InputError(f"--source {origin!r}: binary file (contains NUL bytes), not text")
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise InputError(
-            f"--source {origin!r}: not UTF-8 text (byte 0x{raw[e.start]:02x} at offset {e.start})"
-        ) from None
-    text, removed = clean(text)
-    if not text.strip():
-        raise InputError(f"--source {origin!r}: no text left after cleaning")
-    return Document(origin, len(raw), hashlib.sha256(raw).hexdigest(), text, removed)
-
-
-def clean(text: str) -> tuple[str, dict[str, int]]:
-    """Drop a BOM, normalise newlines to \\n, cut Project Gutenberg's header and footer.
-
-    Returns the text and what was removed (counts of characters, or of line breaks rewritten).
-    """
-    removed: dict[str, int] = {}
-    if text.startswith("\ufeff"):
-        text = text[1:]
-        removed["bom"] = 1
-    crlf = text.count("\r\n")
-    text = text.replace("\r\n", "\n")
-    cr = text.count("\r")
-    text = text.replace("\r", "\n")
-    if crlf or cr:
-        removed["newlines_normalised"] = crlf + cr
-    start, end = _START.search(text), _END.search(text)
-    if start or end:
-        lo = start.end() if start else 0
-        hi = end.start() if end and end.start() >= lo else len(text)
-        removed["gutenberg_header_chars"] = lo
-        removed["gutenberg_footer_chars"] = len(text) - hi
-        body = text[lo:hi]
-        # The blank lines around the markers belong to the wrapper, not the book.
-        text = body.strip()
-        removed["edge_whitespace_chars"] = len(body) - len(text)
-    return text, removed
+            out.write(chunk)
+            progress.update(len(chunk))
+        progress.done()
+    return got

@@ -144,13 +144,19 @@ class GPT2Tokenizer(Tokenizer):
     @classmethod
     def fit_ids(cls, gpt2_ids: Iterable[Sequence[int]], max_vocab: int = 0) -> GPT2Tokenizer:
         """`fit` for texts already encoded with the full GPT-2 vocabulary."""
-        enc = gpt2_encoding()
+        counts = np.zeros(gpt2_encoding().n_vocab, dtype=np.int64)
+        for ids in gpt2_ids:
+            counts += np.bincount(np.asarray(ids, dtype=np.int64), minlength=len(counts))
+        return cls.fit_counts(counts, max_vocab)
+
+    @classmethod
+    def fit_counts(cls, counts: np.ndarray, max_vocab: int = 0) -> GPT2Tokenizer:
+        """`fit` from how often each GPT-2 id occurs in the corpus (what a streamed corpus
+        keeps instead of its ids)."""
         required = always_kept()
         if max_vocab and max_vocab < len(required):
             raise ValueError(f"max_vocab {max_vocab}: must be 0 (no limit) or >= {len(required)}")
-        counts = np.zeros(enc.n_vocab, dtype=np.int64)
-        for ids in gpt2_ids:
-            counts += np.bincount(np.asarray(ids, dtype=np.int64), minlength=enc.n_vocab)
+        counts = np.array(counts, dtype=np.int64)
         counts[list(required)] = 0  # kept anyway: rank only the others
         used = np.flatnonzero(counts)
         if max_vocab:
@@ -159,14 +165,33 @@ class GPT2Tokenizer(Tokenizer):
         return cls(sorted(required | set(used.tolist())))
 
     def _compact(self, gpt2_ids: Sequence[int]) -> list[int]:
+        return self.compact_ids(np.asarray(gpt2_ids, dtype=np.int64)).tolist()
+
+    def compact_ids(self, gpt2_ids: np.ndarray) -> np.ndarray:
+        """This vocabulary's ids (int64) for GPT-2 ids, each one outside it re-spelt with kept
+        tokens (`_respell`); vectorised, for a corpus's millions of ids."""
+        gpt2_ids = np.asarray(gpt2_ids, dtype=np.int64)
         if self._from_gpt2 is None:
-            return list(gpt2_ids)
-        ids = self._from_gpt2[np.asarray(gpt2_ids, dtype=np.int64)]
-        if (ids >= 0).all():
-            return ids.tolist()
-        out: list[int] = []
-        for g, c in zip(gpt2_ids, ids.tolist(), strict=True):
-            out.extend([c] if c >= 0 else self._respell(g))
+            return gpt2_ids
+        ids = self._from_gpt2[gpt2_ids]
+        missing = ids < 0
+        if not missing.any():
+            return ids
+        # Every occurrence of a dropped token becomes its spelling: lay the spellings out flat,
+        # then copy each occurrence's into its place in the output.
+        dropped, which = np.unique(gpt2_ids[missing], return_inverse=True)
+        spellings = [self._respell(g) for g in dropped.tolist()]
+        lens = np.array([len(sp) for sp in spellings], dtype=np.int64)
+        flat = np.array([i for sp in spellings for i in sp], dtype=np.int64)
+        offsets = np.cumsum(lens) - lens
+        sizes = np.ones(len(ids), dtype=np.int64)
+        sizes[missing] = lens[which]
+        starts = np.cumsum(sizes) - sizes
+        out = np.empty(int(sizes.sum()), dtype=np.int64)
+        out[starts[~missing]] = ids[~missing]
+        n = lens[which]
+        within = np.arange(int(n.sum())) - np.repeat(np.cumsum(n) - n, n)
+        out[np.repeat(starts[missing], n) + within] = flat[np.repeat(offsets[which], n) + within]
         return out
 
     def _respell(self, gpt2_id: int) -> list[int]:
@@ -256,24 +281,6 @@ class CharTokenizer(Tokenizer):
 
     def to_json(self) -> dict[str, Any]:
         return {"name": self.name, "vocab_size": self.vocab_size, "chars": self.chars}
-
-
-def tokenize_corpus(
-    name: str, texts: Sequence[str], compact: bool, max_vocab: int = 0
-) -> tuple[Tokenizer, list[list[int]]]:
-    """The tokenizer `name` for a corpus given as `texts` (compaction and `max_vocab` apply to
-    gpt2 only), and each text's ids. Each text is tokenized once: a compacted vocabulary is
-    fitted on the GPT-2 ids themselves, which it then renumbers (re-spelling those it cut)."""
-    if name == "char":
-        tok: Tokenizer = CharTokenizer.fit(texts)
-        return tok, [tok.encode(text) for text in texts]
-    if name == "gpt2":
-        gpt2_ids = [gpt2_encoding().encode_ordinary(text) for text in texts]
-        if not compact:
-            return GPT2Tokenizer(), gpt2_ids
-        gpt2 = GPT2Tokenizer.fit_ids(gpt2_ids, max_vocab)
-        return gpt2, [gpt2._compact(ids) for ids in gpt2_ids]
-    raise ValueError(f"--tokenizer {name!r}: expected gpt2 or char")
 
 
 def tokenizer_from_json(obj: dict[str, Any]) -> Tokenizer:

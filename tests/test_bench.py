@@ -135,3 +135,18 @@ def test_on_cuda_both_trainers_get_gpt2_124m_at_the_same_tokens_per_step(tmp_pat
         assert tokens == 65536 and shape_of == ("12", "12", "768")
         splits.add((case.trainer, case.micro_batch))
     assert splits == {(t, m) for t in ("nanogpt", "ours") for m in (16, 64)}
+
+
+def test_the_corpus_benchmark_measures_speed_and_peak_memory_next_to_raw_tiktoken(
+    tmp_path, monkeypatch
+):
+    from bench import corpus_speed
+
+    monkeypatch.setattr(corpus_speed, "SIZES", {"5 MB": 300_000})  # the embedded corpus, 3 times
+    monkeypatch.setattr(corpus_speed, "PLAYS", tmp_path / "absent.txt")
+    result = corpus_speed.run(quick=True)
+    cases = [(r["tokenizer"], r["compact"]) for r in result.rows]
+    assert cases == [("gpt2", True), ("char", False)]
+    for row in result.rows:
+        assert row["bytes"] > 250_000 and row["MB/s"] > 0 and row["raw tiktoken MB/s"] > 0
+        assert 10 < row["peak RSS MB"] < 600 and row["vs raw"].endswith("x")

@@ -3,18 +3,23 @@
 from __future__ import annotations
 
 import json
+import os
 import socket
 import subprocess
 import sys
+import time
+from importlib import resources
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 import gpt.corpus
+from gpt.cleaning import clean
 from gpt.config import CorpusConfig
 from gpt.corpus import main, split
 from gpt.errors import InputError
+from gpt.sources import EMBEDDED_ASSET
 from gpt.tokenizer import load_tokenizer
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -191,11 +196,13 @@ def bad_sources(tmp_path: Path) -> dict[str, tuple[list[str], str]]:
             "unreachable after 2 attempt",
         ),
         "too-short": ([str(tmp_path / "short.txt"), "--block_size", "8"], "too short"),
+        "too-big": ([str(tmp_path / "short.txt"), "--max_bytes", "5"], "exceeds --max_bytes 5"),
     }
 
 
 @pytest.mark.parametrize(
-    "case", ["missing", "empty", "non-utf8", "binary", "scheme", "unreachable", "too-short"]
+    "case",
+    ["missing", "empty", "non-utf8", "binary", "scheme", "unreachable", "too-short", "too-big"],
 )
 def test_bad_input_exits_2_with_one_line_and_writes_nothing(
     case: str, root: Path, tmp_path: Path
@@ -238,3 +245,88 @@ def test_cli_reads_a_local_file(root: Path, tmp_path: Path) -> None:
     assert f"read {src} (file)" in out.stdout and "bom 1" in out.stdout
     text = (root / "f" / "corpus" / "text.txt").read_text(encoding="utf-8")
     assert text.startswith("SONNET XVIII") and "MERCHANTABILITY" not in text
+
+
+# -- at scale: many files, a large corpus in bounded memory, a kill mid-way
+
+
+def test_a_directory_of_thousands_of_files_each_cleaned_on_its_own(
+    root: Path, tmp_path: Path
+) -> None:
+    books = tmp_path / "books"
+    books.mkdir()
+    sample = (FIXTURES / "gutenberg_sample.txt").read_bytes()
+    expected = {}
+    for i in reversed(range(2000)):  # written in reverse: the order is the names', not the disk's
+        name = f"book{i:04d}.txt"
+        if i % 3 == 0:  # wrapped by Gutenberg: its own header and footer go
+            raw = sample.replace(b"SONNET XVIII", f"SONNET {i}".encode())
+        else:
+            raw = f"Book {i}.\r\nIts only line.\r\n".encode()
+        (books / name).write_bytes(raw)
+        expected[name] = clean(raw.decode())[0]
+    cfg = CorpusConfig(root=str(root), run="many", source=str(books), block_size=16)
+    main(cfg)
+    text = cfg.rundir.text_txt.read_text(encoding="utf-8")
+    assert text == "\n\n".join(expected[name] for name in sorted(expected))
+    docs = json.loads(cfg.rundir.source_json.read_text())["documents"]
+    assert [Path(d["origin"]).name for d in docs] == sorted(expected)
+    assert sum("gutenberg_footer_chars" in d["removed"] for d in docs) == 667
+    assert text.count("MERCHANTABILITY") == 0 and text.count("SONNET") == 2 * 667  # two each
+
+
+def peak_rss_mb(cmd: list[str]) -> tuple[float, subprocess.CompletedProcess]:
+    """Run `cmd` as a child; its peak resident memory (os.wait4's ru_maxrss) in MB."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    _, status, usage = os.wait4(proc.pid, 0)
+    done = subprocess.CompletedProcess(cmd, os.waitstatus_to_exitcode(status), "", "")
+    done.stderr = proc.stderr.read().decode()
+    proc.stderr.close()
+    proc.returncode = done.returncode
+    return usage.ru_maxrss * 1024 / 1e6, done
+
+
+def big_text(path: Path, size: int) -> Path:
+    unit = (resources.files("gpt.assets") / EMBEDDED_ASSET).read_bytes()
+    with open(path, "wb") as f:
+        for _ in range(size // len(unit) + 1):
+            f.write(unit)
+    return path
+
+
+@pytest.mark.slow
+def test_a_200_mb_corpus_loads_in_bounded_memory(root: Path, tmp_path: Path) -> None:
+    """The whole stage (gpt2, compacted) on ~200 MB stays far below what holding it would take
+    (the in-memory stage needed 25x its input)."""
+    src = big_text(tmp_path / "big.txt", 200_000_000)
+    rss, out = peak_rss_mb(
+        [sys.executable, "-m", "gpt", "load-corpus", "--root", str(root), "--run", "big",
+         "--source", str(src)]
+    )
+    assert out.returncode == 0, out.stderr
+    meta = json.loads((root / "big" / "data" / "meta.json").read_text())
+    assert meta["train_bytes"] + meta["val_bytes"] == src.stat().st_size
+    assert meta["train_tokens"] > 40_000_000
+    assert rss < 600, f"peak resident memory {rss:.0f} MB"
+
+
+def test_a_kill_mid_way_leaves_nothing_and_the_next_run_sweeps_its_scratch(
+    root: Path, tmp_path: Path
+) -> None:
+    src = big_text(tmp_path / "big.txt", 30_000_000)
+    cmd = [sys.executable, "-m", "gpt", "load-corpus", "--root", str(root), "--run", "k",
+           "--source", str(src)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 60
+    while not list(root.glob(".k.*.staging")) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.5)  # well inside cleaning or tokenizing
+    proc.kill()
+    proc.wait()
+    assert list(root.glob(".k.*.staging")), "the kill came too late to test anything"
+    assert not (root / "k").exists() or not any((root / "k").iterdir())
+    short = tmp_path / "short.txt"
+    short.write_text("Enough words to make a small corpus of it. " * 50)
+    again = run_cli("--root", str(root), "--run", "k", "--source", str(short), "--block_size", "8")
+    assert again.returncode == 0, again.stderr
+    assert not list(root.glob(".k.*")) and (root / "k" / "data" / "meta.json").exists()

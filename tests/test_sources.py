@@ -8,6 +8,7 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -16,8 +17,10 @@ from pathlib import Path
 
 import pytest
 
+from gpt.cleaning import clean
 from gpt.errors import InputError
-from gpt.sources import Download, canonical, clean, fetch_url, kind_of, read_source, to_document
+from gpt.sources import Document, Download, canonical, fetch_url, kind_of, read_document
+from gpt.sources import read_source as stream_source
 
 FIXTURES = Path(__file__).parent / "fixtures"
 GUTENBERG = (FIXTURES / "gutenberg_sample.txt").read_bytes()
@@ -75,6 +78,38 @@ def server() -> Iterator[str]:
     httpd.server_close()
 
 
+def read_source(source: str, dl: Download) -> list[tuple[Document, str]]:
+    """Each document of `source` with its cleaned text (read_source streams them into one)."""
+    texts: list[str] = []
+
+    def write(text: str) -> int:
+        texts.append(text)
+        return len(text.encode())
+
+    with tempfile.TemporaryDirectory() as scratch:
+        docs = stream_source(source, dl, Path(scratch), write)
+    whole, out, at = "".join(texts), [], 0
+    for doc in docs:
+        text = whole[at:].encode()[: doc.kept_bytes].decode()
+        out.append((doc, text))
+        at += len(text) + 2  # the blank line between documents
+    return out
+
+
+def to_document(origin: str, raw: bytes, folder: Path) -> str:
+    """The cleaned text of a document of bytes `raw`."""
+    path = folder / "doc"
+    path.write_bytes(raw)
+    texts: list[str] = []
+    read_document(origin, path, 1 << 20, lambda t: texts.append(t) or len(t.encode()))
+    return "".join(texts)
+
+
+def fetched(url: str, dl: Download, folder: Path) -> bytes:
+    fetch_url(url, dl, folder / "download")
+    return (folder / "download").read_bytes()
+
+
 def closed_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -103,8 +138,8 @@ def test_text_without_markers_is_kept_as_is() -> None:
 
 def test_embedded_default_needs_nothing_and_is_unchanged(shared: Path) -> None:
     for spelling in ("default", ""):
-        [doc] = read_source(spelling, FAST)
-        assert doc.text.encode() == (shared / "data" / "comedy_of_errors.txt").read_bytes()
+        [(doc, text)] = read_source(spelling, FAST)
+        assert text.encode() == (shared / "data" / "comedy_of_errors.txt").read_bytes()
         assert doc.removed == {}
     assert canonical("") == canonical("default") == "default"
 
@@ -114,9 +149,9 @@ def test_file_and_directory(tmp_path: Path) -> None:
     (tmp_path / "a.txt").write_bytes(GUTENBERG)
     (tmp_path / "notes.md").write_text("not a corpus")
     docs = read_source(str(tmp_path), FAST)
-    assert [Path(d.origin).name for d in docs] == ["a.txt", "b.txt"]
-    assert docs[0].text.startswith("SONNET") and docs[1].text == "second"
-    [one] = read_source(str(tmp_path / "b.txt"), FAST)
+    assert [Path(d.origin).name for d, _ in docs] == ["a.txt", "b.txt"]
+    assert docs[0][1].startswith("SONNET") and docs[1][1] == "second"
+    [(one, _)] = read_source(str(tmp_path / "b.txt"), FAST)
     assert one.origin == str((tmp_path / "b.txt").resolve()) == canonical(str(tmp_path / "b.txt"))
 
 
@@ -132,9 +167,9 @@ def test_file_and_directory(tmp_path: Path) -> None:
         ),
     ],
 )
-def test_bad_bytes_are_refused(raw: bytes, reason: str) -> None:
+def test_bad_bytes_are_refused(raw: bytes, reason: str, tmp_path: Path) -> None:
     with pytest.raises(InputError, match=reason) as err:
-        to_document("in.txt", raw)
+        to_document("in.txt", raw, tmp_path)
     assert "'in.txt'" in str(err.value)
 
 
@@ -157,40 +192,40 @@ def test_only_http_and_https_urls(url: str) -> None:
 
 
 def test_url_is_fetched_and_cleaned(server: str) -> None:
-    [doc] = read_source(f"{server}/pg.txt", FAST)
+    [(doc, text)] = read_source(f"{server}/pg.txt", FAST)
     assert doc.origin == f"{server}/pg.txt" and doc.raw_bytes == len(GUTENBERG)
-    assert doc.text == clean(GUTENBERG.decode())[0]
+    assert text == clean(GUTENBERG.decode())[0]
 
 
-def test_transient_failures_are_retried(server: str) -> None:
-    assert fetch_url(f"{server}/flaky", FAST) == GUTENBERG
+def test_transient_failures_are_retried(server: str, tmp_path: Path) -> None:
+    assert fetched(f"{server}/flaky", FAST, tmp_path) == GUTENBERG
     assert Handler.hits["/flaky"] == 3
 
 
-def test_client_errors_are_not_retried(server: str) -> None:
+def test_client_errors_are_not_retried(server: str, tmp_path: Path) -> None:
     with pytest.raises(InputError, match="HTTP 404"):
-        fetch_url(f"{server}/missing", FAST)
+        fetched(f"{server}/missing", FAST, tmp_path)
     assert Handler.hits["/missing"] == 1
 
 
-def test_unreachable_url_after_bounded_retries_with_backoff(capsys) -> None:
+def test_unreachable_url_after_bounded_retries_with_backoff(capsys, tmp_path: Path) -> None:
     url = f"http://127.0.0.1:{closed_port()}/pg.txt"
     start = time.monotonic()
     with pytest.raises(InputError, match="unreachable after 3 attempt.*Connection"):
-        fetch_url(url, Download(timeout=1.0, retries=2, backoff=0.2))
+        fetched(url, Download(timeout=1.0, retries=2, backoff=0.2), tmp_path)
     assert time.monotonic() - start >= 0.2 + 0.4  # backoff doubles: 0.2 s, then 0.4 s
     assert capsys.readouterr().out.count("failed") == 3
 
 
-def test_timeout(server: str) -> None:
+def test_timeout(server: str, tmp_path: Path) -> None:
     with pytest.raises(InputError, match="unreachable after 1 attempt.*timed out"):
-        fetch_url(f"{server}/slow", Download(timeout=0.2, retries=0))
+        fetched(f"{server}/slow", Download(timeout=0.2, retries=0), tmp_path)
 
 
 @pytest.mark.parametrize("path", ["/big", "/stream"])
-def test_size_cap(server: str, path: str) -> None:
+def test_size_cap(server: str, path: str, tmp_path: Path) -> None:
     with pytest.raises(InputError, match="--max_bytes 1000000"):
-        fetch_url(f"{server}{path}", FAST)
+        fetched(f"{server}{path}", FAST, tmp_path)
 
 
 def test_cli_trains_on_a_gutenberg_url_without_its_licence(server: str, root: Path) -> None:

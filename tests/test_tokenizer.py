@@ -25,7 +25,6 @@ from gpt.tokenizer import (
     Tokenizer,
     load_tokenizer,
     read_ranks,
-    tokenize_corpus,
     tokenizer_from_json,
 )
 
@@ -188,21 +187,6 @@ def test_json_rebuilds_the_same_tokenizer(kind: str, request, tmp_path: Path) ->
     assert (again.name, again.vocab_size, again.eot_id) == (tok.name, tok.vocab_size, tok.eot_id)
     sample = COMEDY[:2000] + " quantum"
     assert again.encode_lossy(sample) == tok.encode_lossy(sample)
-
-
-def test_tokenize_corpus_dispatch() -> None:
-    assert isinstance(tokenize_corpus("char", ["ab"], compact=True)[0], CharTokenizer)
-    assert tokenize_corpus("gpt2", ["ab"], compact=False)[0].vocab_size == 50257
-    assert tokenize_corpus("gpt2", ["ab"], compact=True)[0].vocab_size < 300
-    tok, (ids,) = tokenize_corpus("gpt2", [COMEDY], compact=True, max_vocab=500)
-    assert tok.vocab_size == 500 and tok.decode(ids) == COMEDY
-
-
-@pytest.mark.parametrize("name, compact", [("char", False), ("gpt2", False), ("gpt2", True)])
-def test_tokenize_corpus_ids_are_what_its_tokenizer_encodes(name: str, compact: bool) -> None:
-    texts = [COMEDY[:3000], COMEDY[-1500:]]
-    tok, ids = tokenize_corpus(name, texts, compact)
-    assert ids == [tok.encode(text) for text in texts]
 
 
 @pytest.mark.parametrize(

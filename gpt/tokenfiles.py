@@ -1,0 +1,202 @@
+"""Tokenize a text file into the token files the trainer memory-maps, in bounded memory.
+
+The text is read in chunks of about a megabyte and never held whole; ids go straight to files.
+Train is the text's first `cut` characters, validation the rest, each tokenized as if alone.
+
+- gpt2: the chunks are encoded on every core (tiktoken releases the GIL) and each id written as
+  it comes. A chunk ends only where GPT-2's pre-tokenizer ends a piece whatever follows, so the
+  ids are exactly those of the whole text. Compaction needs the corpus's token counts before it
+  can renumber: they are counted on the way (np.bincount), the GPT-2 ids kept in a file, and a
+  second pass renumbers that file chunk by chunk.
+- char: a first pass counts the characters (the vocabulary), a second writes their ids.
+"""
+
+from __future__ import annotations
+
+import codecs
+import os
+import re
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import BinaryIO, TypeVar
+
+import numpy as np
+
+from gpt.rundir import dtype_for
+from gpt.tokenizer import CharTokenizer, GPT2Tokenizer, Tokenizer, gpt2_encoding
+
+CHUNK_CHARS = 1 << 20  # characters tokenized at a time (per core)
+# A chunk with no safe cut this long is tokenized whole (only text without newlines or spaces
+# between words gets there).
+MAX_CHUNK_CHARS = 1 << 26
+ID_CHUNK = 1 << 20  # ids renumbered at a time
+SPLITS = ("train", "val")
+# Where GPT-2's pre-tokenizer (tokenizer.GPT2_PAT_STR) ends a piece whatever comes after, and
+# starts the next one afresh: after a newline between two non-space characters (the newline is a
+# piece of its own either way), and before a space between two ASCII letters (the space begins
+# the next word's piece). Python's \S is narrower than the pattern's, so these hold there too.
+SAFE_CUT = re.compile(r"(?<=\S\n)(?=\S)|(?<=[A-Za-z])(?= [A-Za-z])")
+_CUT_WINDOW = 1 << 16
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+@dataclass
+class TokenFiles:
+    """What tokenizing wrote: the tokenizer, and per split (train, val) its tokens and bytes."""
+
+    tokenizer: Tokenizer
+    tokens: tuple[int, int]
+    nbytes: tuple[int, int]
+
+
+def chunks(path: Path, cut: int, safe: bool) -> Iterator[tuple[int, str]]:
+    """(split, text) for the UTF-8 text file at `path`: split 0 is its first `cut` characters,
+    split 1 the rest. With `safe`, a chunk ends only at a SAFE_CUT or at its split's end."""
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    split, pos, buf = 0, 0, ""
+    with open(path, "rb") as f:
+        while raw := f.read(CHUNK_CHARS):
+            text = decoder.decode(raw)
+            if split == 0 and pos + len(text) >= cut:
+                head, text = text[: cut - pos], text[cut - pos :]
+                if buf or head:
+                    yield 0, buf + head
+                split, buf = 1, ""
+            pos += len(text)
+            buf += text
+            while len(buf) >= CHUNK_CHARS:
+                end = _last_cut(buf) if safe else len(buf)
+                if not end:
+                    break
+                yield split, buf[:end]
+                buf = buf[end:]
+    buf += decoder.decode(b"", final=True)
+    if buf:
+        yield split, buf
+
+
+def _last_cut(buf: str) -> int:
+    """A safe cut near the end of `buf` (0: none yet, keep reading)."""
+    # Fast path, nearly always taken: the last newline near the end between two non-spaces.
+    floor = len(buf) - _CUT_WINDOW
+    i = buf.rfind("\n", 0, len(buf) - 1)
+    while i > max(floor, 0):
+        if not buf[i - 1].isspace() and not buf[i + 1].isspace():
+            return i + 1
+        i = buf.rfind("\n", 0, i)
+    for start in (floor, 0):
+        last = 0
+        for m in SAFE_CUT.finditer(buf, max(start, 1)):
+            last = m.start()
+        if last:
+            return last
+    return len(buf) if len(buf) >= MAX_CHUNK_CHARS else 0
+
+
+def tokenize_file(
+    name: str, path: Path, cut: int, compact: bool, max_vocab: int, out: Path,
+    progress: Callable[[int, int], None] = lambda nbytes, ntokens: None,
+) -> TokenFiles:
+    """Tokenize the text file `path` with tokenizer `name` into `out`/train.bin and val.bin
+    (raw ids, meta's dtype); `progress` hears of the bytes and tokens done after each chunk."""
+    if name == "char":
+        return _char(path, cut, out, progress)
+    if name == "gpt2":
+        return _gpt2(path, cut, compact, max_vocab, out, progress)
+    raise ValueError(f"--tokenizer {name!r}: expected gpt2 or char")
+
+
+def _gpt2(
+    path: Path, cut: int, compact: bool, max_vocab: int, out: Path,
+    progress: Callable[[int, int], None],
+) -> TokenFiles:
+    enc = gpt2_encoding()
+    counts = np.zeros(enc.n_vocab, dtype=np.int64)
+    tokens, nbytes = [0, 0], [0, 0]
+    files = [out / f".{s}.gpt2" if compact else out / f"{s}.bin" for s in SPLITS]
+    gpt2_dtype = dtype_for(enc.n_vocab)
+    with open(files[0], "wb") as train, open(files[1], "wb") as val:
+        for split, size, ids in _encoded(chunks(path, cut, safe=True)):
+            (train, val)[split].write(ids.astype(gpt2_dtype).tobytes())
+            if compact:
+                counts += np.bincount(ids, minlength=enc.n_vocab)
+            tokens[split] += len(ids)
+            nbytes[split] += size
+            progress(size, len(ids))
+    if not compact:
+        return TokenFiles(GPT2Tokenizer(), tuple(tokens), tuple(nbytes))
+    tok = GPT2Tokenizer.fit_counts(counts, max_vocab)
+    dtype = dtype_for(tok.vocab_size)
+
+    def renumber(ids: np.ndarray) -> bytes:
+        return tok.compact_ids(ids).astype(dtype).tobytes()
+
+    for i, (split, src) in enumerate(zip(SPLITS, files, strict=True)):
+        # Read, not memory-mapped: the pages of a mapped file count as resident memory.
+        with open(src, "rb") as ids, open(out / f"{split}.bin", "wb") as f:
+            for data in _in_order(renumber, _read_ids(ids, gpt2_dtype)):
+                f.write(data)
+        tokens[i] = (out / f"{split}.bin").stat().st_size // np.dtype(dtype).itemsize
+        src.unlink()
+    return TokenFiles(tok, tuple(tokens), tuple(nbytes))
+
+
+def _read_ids(f: BinaryIO, dtype: str) -> Iterator[np.ndarray]:
+    while len(ids := np.fromfile(f, dtype=dtype, count=ID_CHUNK)):
+        yield ids
+
+
+def _in_order(fn: Callable[[T], R], items: Iterable[T]) -> Iterator[R]:
+    """fn(item) for each item, in order, computed on every core (tiktoken and numpy release the
+    GIL); at most two items per core are in flight, so memory stays bounded."""
+    workers = os.cpu_count() or 1
+    with ThreadPoolExecutor(workers) as pool:
+        pending: deque[Future[R]] = deque()
+        for item in items:
+            pending.append(pool.submit(fn, item))
+            if len(pending) >= 2 * workers:
+                yield pending.popleft().result()
+        while pending:
+            yield pending.popleft().result()
+
+
+def _encoded(parts: Iterator[tuple[int, str]]) -> Iterator[tuple[int, int, np.ndarray]]:
+    """(split, UTF-8 bytes, GPT-2 ids) per chunk, in order."""
+    enc = gpt2_encoding()
+
+    def encode(part: tuple[int, str]) -> tuple[int, int, np.ndarray]:
+        split, text = part
+        # No special tokens: "<|endoftext|>" in a text is just text (as encode_ordinary).
+        size = len(text) if text.isascii() else len(text.encode("utf-8"))
+        return split, size, enc.encode_to_numpy(text, disallowed_special=())
+
+    return _in_order(encode, parts)
+
+
+def _char(path: Path, cut: int, out: Path, progress: Callable[[int, int], None]) -> TokenFiles:
+    counts = np.zeros(0x110000, dtype=np.int64)
+    for _, text in chunks(path, cut, safe=False):
+        counts += np.bincount(_code_points(text), minlength=len(counts))
+    present = np.flatnonzero(counts)
+    tok = CharTokenizer("".join(map(chr, present.tolist())))
+    lookup = np.zeros(len(counts), dtype=np.int64)
+    lookup[present] = np.arange(len(present))
+    dtype = dtype_for(tok.vocab_size)
+    tokens, nbytes = [0, 0], [0, 0]
+    with open(out / "train.bin", "wb") as train, open(out / "val.bin", "wb") as val:
+        for split, text in chunks(path, cut, safe=False):
+            ids = lookup[_code_points(text)].astype(dtype)
+            (train, val)[split].write(ids.tobytes())
+            size = len(text.encode("utf-8"))
+            tokens[split] += len(ids)
+            nbytes[split] += size
+            progress(size, len(ids))
+    return TokenFiles(tok, tuple(tokens), tuple(nbytes))
+
+
+def _code_points(text: str) -> np.ndarray:
+    return np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32)

@@ -1,0 +1,87 @@
+"""Token files: a text tokenized in chunks holds exactly the ids of its whole parts."""
+
+from __future__ import annotations
+
+from importlib import resources
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import gpt.tokenfiles
+from gpt.tokenfiles import SAFE_CUT, chunks, tokenize_file
+from gpt.tokenizer import CharTokenizer, GPT2Tokenizer, gpt2_encoding
+
+COMEDY = (resources.files("gpt.assets") / "comedy_of_errors.txt").read_text(encoding="utf-8")
+# What a pre-tokenizer could trip on at a cut: runs of spaces and newlines, digits, contractions,
+# punctuation, letters outside ASCII, characters outside the BMP, and "<|endoftext|>" as text.
+ODD = (
+    "It's 12,345 o'clock.\n\n\n  Then   two spaces\n \nTAB\there\r\nCRLF\n"
+    "café\nnaïve 中文文本\n中文\n😀 emoji\n\n<|endoftext|>\nthey'll've  \n" * 40
+)
+
+
+def ids_of(folder: Path, dtype: str = "uint16") -> list[list[int]]:
+    return [np.fromfile(folder / f"{s}.bin", dtype=dtype).tolist() for s in ("train", "val")]
+
+
+@pytest.mark.parametrize("size", [64, 1000, 1 << 20])
+@pytest.mark.parametrize("text", [COMEDY, ODD], ids=["comedy", "odd"])
+def test_gpt2_chunks_hold_the_whole_parts_ids(
+    text: str, size: int, tmp_path: Path, monkeypatch
+) -> None:
+    monkeypatch.setattr(gpt.tokenfiles, "CHUNK_CHARS", size)
+    path = tmp_path / "text.txt"
+    path.write_text(text, encoding="utf-8", newline="")
+    cut = int(len(text) * 0.9)
+    out = tokenize_file("gpt2", path, cut, compact=False, max_vocab=0, out=tmp_path)
+    enc = gpt2_encoding()
+    expected = [enc.encode_ordinary(text[:cut]), enc.encode_ordinary(text[cut:])]
+    assert ids_of(tmp_path) == expected
+    assert out.tokens == tuple(map(len, expected))
+    assert out.nbytes == (len(text[:cut].encode()), len(text[cut:].encode()))
+    if size == 64:
+        assert len(list(chunks(path, cut, safe=True))) > 20  # it was cut, and still matches
+
+
+@pytest.mark.parametrize("max_vocab", [0, 300])
+def test_compacted_ids_are_what_the_fitted_tokenizer_encodes(
+    max_vocab: int, tmp_path: Path, monkeypatch
+) -> None:
+    monkeypatch.setattr(gpt.tokenfiles, "CHUNK_CHARS", 4096)
+    monkeypatch.setattr(gpt.tokenfiles, "ID_CHUNK", 1000)
+    text = COMEDY + ODD
+    path = tmp_path / "text.txt"
+    path.write_text(text, encoding="utf-8", newline="")
+    cut = len(text) // 2
+    out = tokenize_file("gpt2", path, cut, compact=True, max_vocab=max_vocab, out=tmp_path)
+    parts = [text[:cut], text[cut:]]
+    tok = GPT2Tokenizer.fit(parts, max_vocab)
+    assert out.tokenizer.to_json() == tok.to_json()
+    assert ids_of(tmp_path) == [tok.encode(p) for p in parts]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["text.txt", "train.bin", "val.bin"]
+
+
+def test_char_ids(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setattr(gpt.tokenfiles, "CHUNK_CHARS", 100)
+    path = tmp_path / "text.txt"
+    path.write_text(ODD, encoding="utf-8", newline="")
+    out = tokenize_file("char", path, 1234, compact=True, max_vocab=0, out=tmp_path)
+    tok = CharTokenizer.fit([ODD])
+    assert out.tokenizer.to_json() == tok.to_json()
+    assert ids_of(tmp_path) == [tok.encode(ODD[:1234]), tok.encode(ODD[1234:])]
+
+
+def test_safe_cuts_are_where_pieces_end_anyway() -> None:
+    enc = gpt2_encoding()
+    for m in SAFE_CUT.finditer(ODD):
+        k = m.start()
+        assert enc.encode_ordinary(ODD[:k]) + enc.encode_ordinary(ODD[k:]) == (
+            enc.encode_ordinary(ODD)
+        ), repr(ODD[k - 5 : k + 5])
+
+
+def test_unknown_tokenizer(tmp_path: Path) -> None:
+    (tmp_path / "t.txt").write_text("x")
+    with pytest.raises(ValueError, match="expected gpt2 or char"):
+        tokenize_file("bpe", tmp_path / "t.txt", 0, False, 0, tmp_path)
