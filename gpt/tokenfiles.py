@@ -152,8 +152,10 @@ def _read_ids(f: BinaryIO, dtype: str) -> Iterator[np.ndarray]:
 
 def _in_order(fn: Callable[[T], R], items: Iterable[T]) -> Iterator[R]:
     """fn(item) for each item, in order, computed on every core (tiktoken and numpy release the
-    GIL); at most two items per core are in flight, so memory stays bounded."""
-    workers = os.cpu_count() or 1
+    GIL); at most two items per worker are in flight, so memory stays bounded."""
+    # One worker more than cores: this thread reads, cuts and writes between results, and the
+    # extra worker keeps every core encoding meanwhile (100 MB, 2 cores: 10.7-12.6 s -> 8.5-10.2 s).
+    workers = (os.cpu_count() or 1) + 1
     with ThreadPoolExecutor(workers) as pool:
         pending: deque[Future[R]] = deque()
         for item in items:
