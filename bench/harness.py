@@ -102,13 +102,14 @@ def threads(n: int | None) -> Iterator[int]:
         torch.set_num_threads(saved)
 
 
-def default_corpus(root: str | Path) -> RunDir:
-    """`python -m gpt load-corpus` with every default (the embedded corpus, the compacted GPT-2
-    tokenizer) into run `bench` under `root`, quietly: what the default model trains on."""
+def default_corpus(root: str | Path, run: str = "bench", **flags: Any) -> RunDir:
+    """`python -m gpt load-corpus` into run `run` under `root`, quietly: with no `flags` every
+    default (the embedded corpus, the compacted GPT-2 tokenizer), what the default model trains
+    on; `flags` are the stage's own (source, tokenizer, ...)."""
     from gpt.config import CorpusConfig
     from gpt.corpus import main as corpus_main
 
-    cfg = CorpusConfig(root=str(root), run="bench")
+    cfg = CorpusConfig(root=str(root), run=run, **flags)
     with contextlib.redirect_stdout(io.StringIO()):
         corpus_main(cfg)
     return cfg.rundir

@@ -26,8 +26,6 @@ to a GPU machine).
 
 from __future__ import annotations
 
-import contextlib
-import io
 import os
 import pickle
 import re
@@ -41,7 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench.harness import SHARED, Result, Stats, fmt_stats
+from bench.harness import SHARED, Result, Stats, default_corpus, fmt_stats
 from gpt.stages import to_args
 
 REPO = Path(__file__).resolve().parents[1]
@@ -148,14 +146,16 @@ class GPUMemory(threading.Thread):
                     self.peak_mib = max(self.peak_mib, int(mib))
 
 
-def timed_run(argv: list[str], cwd: Path, trainer: str, log: Path) -> dict[str, Any]:
-    """Run one trainer; the arrival time of each step line, and its peak memory."""
+def timed_run(argv: list[str], cwd: Path, trainer: str, log: Path, cuda: bool) -> dict[str, Any]:
+    """Run one trainer; the arrival time of each step line, and its peak memory (on `cuda`
+    the GPU's too)."""
     env = dict(os.environ, PYTHONUNBUFFERED="1", PYTHONPATH=str(REPO))
     start = time.perf_counter()
     proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)  # fmt: skip
     gpu = GPUMemory(proc.pid)
-    gpu.start()
+    if cuda:
+        gpu.start()
     arrivals: list[tuple[int, float]] = []
     with log.open("a") as out:
         out.write(f"$ {' '.join(argv)}\n")
@@ -209,19 +209,15 @@ def row_of(shape: Shape, case: Case, runs: list[dict[str, Any]], flops: float,
 def prepare_data(shape: Shape, root: Path, quick: bool) -> tuple[str, int]:
     """`load-corpus` of the plays (a quick CPU run: the embedded text) into run `data` under
     `root`, the whole vocabulary kept; the run's name and its vocabulary size."""
-    from gpt.config import CorpusConfig
-    from gpt.corpus import main as corpus_main
     from gpt.rundir import DataMeta
 
     source = "default" if quick and shape.device == "cpu" else str(PLAYS)
-    cfg = CorpusConfig(root=str(root), run="data", source=source, tokenizer=shape.tokenizer,
-                       compact=False, block_size=shape.block_size)
-    with contextlib.redirect_stdout(io.StringIO()):
-        corpus_main(cfg)
-    meta = DataMeta.read(cfg.rundir.meta_json)
+    rundir = default_corpus(root, "data", source=source, tokenizer=shape.tokenizer, compact=False,
+                            block_size=shape.block_size)
+    meta = DataMeta.read(rundir.meta_json)
     if meta.dtype != "uint16":
-        raise RuntimeError(f"{cfg.rundir.meta_json}: nanoGPT reads uint16 token files only")
-    return cfg.run, meta.vocab_size
+        raise RuntimeError(f"{rundir.meta_json}: nanoGPT reads uint16 token files only")
+    return rundir.run, meta.vocab_size
 
 
 def nanogpt_workdir(root: Path, data_run: str, vocab_size: int, shape: Shape) -> Path:
@@ -283,7 +279,7 @@ def run(quick: bool) -> Result:
                     for part in ("corpus", "data"):  # one token file for every case
                         (root / run_name / part).symlink_to(root / data_run / part)
                     argv, cwd = ours_command(shape, case, root, run_name), REPO
-                runs[i].append(timed_run(argv, cwd, case.trainer, log))
+                runs[i].append(timed_run(argv, cwd, case.trainer, log, cuda))
         result.rows = [row_of(shape, c, r, flops, peak) for c, r in zip(todo, runs, strict=True)]
         best = max(r["tokens_per_s"]["median"] for r in result.rows if r["trainer"] == "nanogpt")
         for row in result.rows:

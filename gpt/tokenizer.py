@@ -139,14 +139,10 @@ class GPT2Tokenizer(Tokenizer):
         """The compacted tokenizer for a corpus: all 256 bytes, end-of-text, and its BPE tokens,
         only the `max_vocab` most frequent of them all if `max_vocab` is set."""
         enc = gpt2_encoding()
-        return cls.fit_ids((enc.encode_ordinary(text) for text in texts), max_vocab)
-
-    @classmethod
-    def fit_ids(cls, gpt2_ids: Iterable[Sequence[int]], max_vocab: int = 0) -> GPT2Tokenizer:
-        """`fit` for texts already encoded with the full GPT-2 vocabulary."""
-        counts = np.zeros(gpt2_encoding().n_vocab, dtype=np.int64)
-        for ids in gpt2_ids:
-            counts += np.bincount(np.asarray(ids, dtype=np.int64), minlength=len(counts))
+        counts = np.zeros(enc.n_vocab, dtype=np.int64)
+        for text in texts:
+            ids = np.asarray(enc.encode_ordinary(text), dtype=np.int64)
+            counts += np.bincount(ids, minlength=len(counts))
         return cls.fit_counts(counts, max_vocab)
 
     @classmethod
