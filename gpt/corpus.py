@@ -29,14 +29,9 @@ from gpt.tokenfiles import TokenFiles, tokenize_file
 from gpt.tokenizer import GPT2Tokenizer, Tokenizer
 
 
-def split(text: str, val_fraction: float) -> tuple[str, str]:
-    """Train is the head, validation the last `val_fraction` of the text (as nanoGPT splits)."""
-    cut = cut_at(len(text), val_fraction)
-    return text[:cut], text[cut:]
-
-
 def cut_at(chars: int, val_fraction: float) -> int:
-    """Where validation starts in a text of `chars` characters."""
+    """Where validation starts in a text of `chars` characters: train is the head, validation
+    the last `val_fraction` (as nanoGPT splits)."""
     return int(chars * (1 - val_fraction))
 
 
@@ -188,7 +183,7 @@ def removal(doc: Document) -> str:
     if not doc.removed:
         return "cleaning removed nothing"
     parts = ", ".join(f"{k} {v:,}" for k, v in doc.removed.items())
-    return f"cleaned ({parts}); kept {doc.record()['kept_bytes']:,} bytes"
+    return f"cleaned ({parts}); kept {doc.kept_bytes:,} bytes"
 
 
 def describe(tok: Tokenizer) -> str:

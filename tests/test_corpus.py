@@ -17,7 +17,7 @@ import pytest
 import gpt.corpus
 from gpt.cleaning import clean
 from gpt.config import CorpusConfig
-from gpt.corpus import main, split
+from gpt.corpus import main
 from gpt.errors import InputError
 from gpt.sources import EMBEDDED_ASSET
 from gpt.tokenizer import load_tokenizer
@@ -91,9 +91,14 @@ def test_max_vocab_caps_the_vocabulary_and_is_an_input(root: Path) -> None:
 
 
 @pytest.mark.parametrize("fraction", [0.05, 0.1, 0.5])
-def test_split_is_by_position(fraction: float) -> None:
-    text = "abcdefghij" * 37
-    train, val = split(text, fraction)
+def test_split_is_by_position(root: Path, fraction: float) -> None:
+    cfg = CorpusConfig(root=str(root), run="r", tokenizer="char", val_fraction=fraction)
+    main(cfg)
+    text = cfg.rundir.text_txt.read_text(encoding="utf-8")
+    tok = load_tokenizer(cfg.rundir.tokenizer_json)
+    dtype = json.loads(cfg.rundir.meta_json.read_text())["dtype"]
+    train, val = (tok.decode(np.fromfile(f, dtype=dtype).tolist())
+                  for f in (cfg.rundir.train_bin, cfg.rundir.val_bin))
     assert train + val == text
     assert len(val) == len(text) - int(len(text) * (1 - fraction))
 
