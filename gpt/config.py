@@ -130,8 +130,9 @@ class GPTConfig(ModelConfig):
     """The shape (n_layer, n_head, n_embd, block_size, dropout, bias: ModelConfig above, where
     the training flags come from) plus the vocabulary size, which the tokenizer decides."""
 
-    vocab_size: int = 50304
-    """Number of token ids the model embeds: the tokenizer's vocabulary size."""
+    vocab_size: int = 50257
+    """Number of token ids: the tokenizer's vocabulary size (the model pads its matrices beyond
+    it, gpt/model.py, but never returns a logit for a padding id)."""
 
     def __post_init__(self) -> None:
         super().__post_init__()

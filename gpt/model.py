@@ -20,6 +20,18 @@ import torch.nn.functional as F
 
 from gpt.config import GPTConfig
 
+# The embedding and output matrices get rows for ids no tokenizer emits, up to a multiple of 64
+# (GPT-2's 50,257 -> 50,304, as nanoGPT does): GPU matmuls over a dimension that is a multiple of
+# their tile size run whole tiles instead of a ragged last one. The loss gives padding ids
+# probability 0 and `GPT.forward` returns logits of the real ids only, so the model is the
+# unpadded one, and nothing can sample a padding id. Exports leave the padding rows out
+# (gpt/export.py).
+VOCAB_MULTIPLE = 64
+
+
+def padded_vocab(vocab_size: int) -> int:
+    return -(-vocab_size // VOCAB_MULTIPLE) * VOCAB_MULTIPLE
+
 
 class KVCache:
     """Keys and values of every layer for the tokens seen so far.
@@ -160,7 +172,7 @@ class GPT(nn.Module):
     def __init__(self, config: GPTConfig) -> None:
         super().__init__()
         self.config = config
-        modules = dict(wte=nn.Embedding(config.vocab_size, config.n_embd))
+        modules = dict(wte=nn.Embedding(padded_vocab(config.vocab_size), config.n_embd))
         if config.position == "learned":  # in nanoGPT's place, so it initialises as nanoGPT
             modules["wpe"] = nn.Embedding(config.block_size, config.n_embd)
         else:
@@ -173,7 +185,7 @@ class GPT(nn.Module):
                 ln_f=nn.LayerNorm(config.n_embd, bias=config.bias),
             )
         )
-        self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
+        self.lm_head = nn.Linear(config.n_embd, padded_vocab(config.vocab_size), bias=False)
         # Weight tying: the token embedding and the output projection are one matrix, which
         # saves vocab_size * n_embd parameters and helps small models generalise.
         self.transformer.wte.weight = self.lm_head.weight
@@ -193,14 +205,17 @@ class GPT(nn.Module):
             nn.init.normal_(module.weight, mean=0.0, std=0.02)
 
     def num_params(self) -> int:
-        """Parameter count (the tied token embedding once: as the output head it does compute)."""
+        """Parameter count (the tied token embedding once: as the output head it does compute;
+        its padding rows included, as they are computed too)."""
         return sum(p.numel() for p in self.parameters())
 
     def describe(self) -> str:
         """The model in one line, for logs and reports (the one place it is spelled out)."""
         c = self.config
+        rows = padded_vocab(c.vocab_size)
+        padding = f" (padded to {rows})" if rows != c.vocab_size else ""
         return (f"{self.num_params() / 1e6:.2f}M parameters: {c.n_layer} layers x {c.n_head} heads "
-                f"x {c.n_embd} wide, context {c.block_size}, vocab {c.vocab_size}")
+                f"x {c.n_embd} wide, context {c.block_size}, vocab {c.vocab_size}{padding}")
 
     def flops_per_token(self) -> float:
         """Training FLOPs per token (forward + backward), as in the PaLM paper's appendix B."""
@@ -219,7 +234,8 @@ class GPT(nn.Module):
         targets: torch.Tensor | None = None,
         cache: KVCache | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Logits for every position of `idx` (B, T), and the mean cross-entropy if `targets`.
+        """Logits of the real token ids (B, T, vocab_size) for every position of `idx` (B, T),
+        and the mean cross-entropy if `targets`.
 
         With a `cache`, `idx` continues the sequence already in it: positions start at
         `cache.pos`, and the cache advances by T.
@@ -240,10 +256,13 @@ class GPT(nn.Module):
         for layer, block in enumerate(self.transformer.h):
             x = block(x, rope, cache, layer)
         x = self.transformer.ln_f(x)
-        logits = self.lm_head(x)  # (B, T, vocab_size)
+        logits = self.lm_head(x)  # (B, T, padded vocab)
         if cache is not None:
             cache.advance(T)
         loss = None
         if targets is not None:
+            # Padding ids get probability 0 (in place: slicing would copy the step's largest
+            # tensor), so the loss is the real vocabulary's alone and padding rows get no gradient.
+            logits[..., self.config.vocab_size :] = float("-inf")
             loss = F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1))
-        return logits, loss
+        return logits[..., : self.config.vocab_size], loss  # a view: (B, T, vocab_size)

@@ -28,6 +28,7 @@ from gpt import checkpoint, distributed, faults, report
 from gpt.atomic import append_jsonl
 from gpt.config import TrainConfig
 from gpt.data import Batches, TokenData, eval_batches, eval_offsets
+from gpt.divergence import Divergence
 from gpt.distributed import World
 from gpt.errors import InputError
 from gpt.export import save_export
@@ -36,11 +37,6 @@ from gpt.stages import TRAIN_GPT, to_args
 
 # Dense bf16 peak FLOP/s, for MFU. A GPU not listed shows no MFU rather than a wrong one.
 PEAK_FLOPS = {"H100 PCIe": 756e12, "H100": 989e12, "H200": 989e12, "A100": 312e12, "L4": 121e12}
-
-
-class NonFiniteLoss(InputError):
-    """Training diverged. Reported like bad input (one line, exit code 2) because the cause is
-    almost always a hyper-parameter: the learning rate, or no gradient clipping."""
 
 
 @dataclass
@@ -79,7 +75,8 @@ def build_optimizer(model: GPT, cfg: TrainConfig, device: torch.device) -> torch
         {"params": [p for p in params if p.dim() >= 2], "weight_decay": cfg.weight_decay},
         {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
     ]
-    # The fused kernel is one launch for all parameters on CUDA, and faster on CPU as well.
+    # The fused kernel is one launch for all parameters on CUDA, and faster on CPU as well; it
+    # is also what skips the updates after a non-finite step (`found_inf`, gpt/divergence.py).
     return torch.optim.AdamW(groups, lr=cfg.learning_rate, betas=(0.9, cfg.beta2), fused=True)
 
 
@@ -116,6 +113,7 @@ class Trainer:
         seed_everything(cfg.seed)  # every rank builds the same initial weights
         self.model = GPT(cfg.model_config(self.data.meta.vocab_size)).to(self.device)
         self.optimizer = build_optimizer(self.model, cfg, self.device)
+        self.divergence = Divergence(self.device)
         self.state = TrainState()
         seed_everything(cfg.seed + world.rank)  # but draws its own dropout masks
         self.resumed_from = self._restore_or_start()
@@ -203,18 +201,24 @@ class Trainer:
             loss = self._train_step(lr)
             st.step += 1
             st.tokens += self.tokens_per_step
-            # Rank 0's clock decides, so every rank stops at the same step.
-            st.elapsed_s = world.from_main(start_elapsed + time.perf_counter() - start)
+            st.elapsed_s = start_elapsed + time.perf_counter() - start
+            if cfg.time_budget:  # rank 0's clock decides, so every rank stops at the same step
+                st.elapsed_s = world.from_main(st.elapsed_s)
             faults.step_done(st.step, world.rank)
+            log_due = st.step % cfg.log_interval == 0
+            eval_due = st.step % cfg.eval_interval == 0 or self.done()
+            checkpoint_due = st.step % cfg.ckpt_interval == 0 or self.done()
+            if log_due or eval_due or checkpoint_due:
+                self.divergence.check()  # before anything of this step is written
             record: dict[str, Any] = {}
-            if st.step % cfg.log_interval == 0:
+            if log_due:
                 record |= self._progress(loss, lr)
-            if st.step % cfg.eval_interval == 0 or self.done():
+            if eval_due:
                 record |= (last_val := self.evaluate())
             if record and world.is_main:
                 append_jsonl(self.run.train_jsonl,
                              {"step": st.step, "elapsed_s": st.elapsed_s, **record})
-            if st.step % cfg.ckpt_interval == 0 or self.done():
+            if checkpoint_due:
                 self._save()
         if last_val is None:  # nothing left to train: a restart after the end re-exports
             last_val = self.evaluate()
@@ -241,12 +245,7 @@ class Trainer:
             total += loss.detach()
         norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.grad_clip or math.inf)
         # The norm is of the all-reduced gradients, so every rank sees a bad step together.
-        if not torch.isfinite(norm + total).item():
-            raise NonFiniteLoss(
-                f"step {st.step + 1}: loss {total.item() / accum:.4g}, gradient norm "
-                f"{norm.item():.4g}; stopped before the optimizer step, and nothing of this step "
-                "was saved; lower --learning_rate or set --grad_clip"
-            )
+        self.optimizer.found_inf = self.divergence.record(st.step + 1, total / accum, norm)
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         return total / accum

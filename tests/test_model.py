@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import pytest
 import torch
+import torch.nn.functional as F
+from safetensors.torch import load_file
 
+from gpt.config import SamplingConfig
 from gpt.model import GPT, GPTConfig, Rotary, apply_rotary
+from gpt.sampling import generate, new_generator
 
 TINY = dict(vocab_size=67, block_size=16, n_layer=2, n_head=2, n_embd=32)
 
@@ -127,16 +131,59 @@ def test_config_validation_names_the_flag(override: dict, flag: str) -> None:
         GPTConfig(**{**TINY, **override})
 
 
-def test_export_round_trip_keeps_weights_and_tie(tmp_path, model: GPT) -> None:
+def test_vocabulary_is_padded_inside_the_model_only(model: GPT) -> None:
+    """67 ids get 128 rows (a multiple of 64, for GPU tiles), but the model is the unpadded one:
+    logits only for the 67, a loss over the 67 alone, no gradient into the padding rows."""
+    assert model.lm_head.weight.shape == (128, 32)
+    assert "vocab 67 (padded to 128)" in model.describe()
+    idx, targets = torch.randint(0, 67, (2, 3, 10))
+    model.train()
+    logits, loss = model(idx, targets=targets)
+    assert logits.shape == (3, 10, 67)
+    real_only = F.cross_entropy(logits.reshape(-1, 67), targets.reshape(-1))
+    torch.testing.assert_close(loss, real_only)
+    loss.backward()
+    assert model.lm_head.weight.grad[:67].abs().sum() > 0
+    assert torch.count_nonzero(model.lm_head.weight.grad[67:]) == 0
+
+
+def test_padding_ids_are_never_sampled(model: GPT) -> None:
+    """Padding rows made to outscore every real id still never come out of generate."""
+    with torch.no_grad():
+        model.lm_head.weight[67:] = model.lm_head.weight[:61] * 1000
+    cfg = SamplingConfig(temperature=2.0, max_new_tokens=200)
+    ids = list(generate(model, [1, 2, 3], cfg, new_generator(0)))
+    assert len(ids) == 200 and max(ids) < 67
+
+
+def test_export_round_trip_keeps_the_model_and_leaves_out_padding(tmp_path, model: GPT) -> None:
     from gpt.export import load_export, save_export
 
     save_export(model, {"kind": "char", "chars": "ab"}, tmp_path / "model")
+    stored = load_file(tmp_path / "model" / "model.safetensors")
+    assert stored["transformer.wte.weight"].shape == (67, 32) and "lm_head.weight" not in stored
     loaded, tok = load_export(tmp_path / "model")
     assert tok == {"kind": "char", "chars": "ab"}
-    pairs = zip(model.state_dict().items(), loaded.state_dict().items(), strict=True)
-    for (name, a), (_, b) in pairs:
-        torch.testing.assert_close(a, b, msg=name)
+    for (name, a), (_, b) in zip(model.state_dict().items(), loaded.state_dict().items(),
+                                 strict=True):
+        torch.testing.assert_close(a[:67], b[:67], msg=name)  # the real rows; all of the rest
     assert loaded.lm_head.weight.data_ptr() == loaded.transformer.wte.weight.data_ptr()
+    idx = torch.randint(0, 67, (2, 16))
+    torch.testing.assert_close(loaded(idx)[0], model(idx)[0])
+
+
+def test_export_of_another_shape_gets_one_line(tmp_path, model: GPT) -> None:
+    import json
+
+    from gpt.errors import InputError
+    from gpt.export import load_export, save_export
+
+    save_export(model, {"kind": "char"}, tmp_path / "model")
+    config = tmp_path / "model" / "config.json"
+    config.write_text(json.dumps({**json.loads(config.read_text()), "vocab_size": 70}))
+    with pytest.raises(InputError, match=r"transformer.wte.weight is \(67, 32\), expected "
+                                         r"\(70, 32\) \(1 tensor\(s\) differ\)$"):
+        load_export(tmp_path / "model")
 
 
 def test_export_refuses_a_pickle_in_place_of_safetensors(tmp_path, monkeypatch, model: GPT) -> None:

@@ -17,7 +17,7 @@ PROMPT = [3, 14, 15, 9, 2, 6]
 
 @pytest.fixture(scope="module")
 def model() -> GPT:
-    torch.manual_seed(0)
+    torch.manual_seed(3)
     m = GPT(GPTConfig(vocab_size=V, block_size=BLOCK, n_layer=2, n_head=2, n_embd=32)).eval()
     # GPT-2's init makes an untrained model almost uniform, so greedy repeats one token; larger
     # weights give varied, confident predictions that make the comparisons below meaningful.
