@@ -28,8 +28,8 @@ from gpt import checkpoint, distributed, faults, report
 from gpt.atomic import append_jsonl
 from gpt.config import TrainConfig
 from gpt.data import Batches, TokenData, eval_batches, eval_offsets
-from gpt.divergence import Divergence
 from gpt.distributed import World
+from gpt.divergence import Divergence
 from gpt.errors import InputError
 from gpt.export import save_export
 from gpt.model import GPT

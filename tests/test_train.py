@@ -26,10 +26,10 @@ from gpt.cli import build_parser
 from gpt.config import TrainConfig
 from gpt.data import Batches, eval_offsets
 from gpt.distributed import World
+from gpt.divergence import NonFiniteLoss
 from gpt.export import load_export
 from gpt.model import GPT
 from gpt.rundir import RunDir
-from gpt.divergence import NonFiniteLoss
 from gpt.trainer import Trainer, lr_at
 from tests.train_fixtures import ONE_THREAD, records, train, write_data
 
