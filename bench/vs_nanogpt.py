@@ -7,8 +7,9 @@ timestamps each step line as it arrives, so both are timed by one clock, in one 
 
 - **first step**: from process start to the first optimizer step's line (imports, data, model
   build, compilation, and for nanoGPT the evaluation it runs before step 0);
-- **tokens/s**: tokens of the steps between the warm-up's last line and the final line, over the
-  time between the two lines. Both log every step, so both pay one host sync per step;
+- **tokens/s**: tokens of the steps between the first line after the warm-up and the final
+  line, over the time between the two lines. Both log every LOG_INTERVAL steps (nanoGPT's GPT-2
+  config and our default), so a trainer that syncs with the GPU only to log gains by it;
 - **MFU** (CUDA): tokens/s x training FLOPs per token of the shape (the same count for both,
   PaLM's 6N + 12LCT at the true vocabulary) / the GPU's dense bf16 peak;
 - **peak memory**: the GPU memory nvidia-smi reports for the process (CUDA), or its peak
@@ -48,6 +49,7 @@ PLAYS = SHARED / "data" / "shakespeare_plays.txt"
 GPT2_CHOICES = {"position": "learned", "activation": "gelu"}
 # Step lines: nanoGPT's `iter N: loss L, time T ms, mfu M%`, ours `step N/M | loss L | ...`.
 REPEATS = 3  # runs of each case on a CPU (medians and spreads in the table)
+LOG_INTERVAL = 10  # both also log their first step: nanoGPT as iteration 0, we as step 1
 STEP_LINE = {"nanogpt": re.compile(r"^iter (\d+): loss"), "ours": re.compile(r"^step +(\d+)/")}
 
 
@@ -108,7 +110,7 @@ def nanogpt_command(shape: Shape, case: Case, dataset: str) -> list[str]:
         "gradient_accumulation_steps": shape.sequences() // case.micro_batch,
         "max_iters": shape.steps - 1,  # it runs iterations 0 .. max_iters
         "lr_decay_iters": shape.steps, "warmup_iters": shape.steps // 4,
-        "eval_interval": 10**9, "eval_iters": 1, "log_interval": 1,
+        "eval_interval": 10**9, "eval_iters": 1, "log_interval": LOG_INTERVAL,
         "always_save_checkpoint": False, "dropout": 0.0, "bias": False,
     }  # fmt: skip
     return [sys.executable, "train.py", *(f"--{k}={v}" for k, v in flags.items())]
@@ -122,7 +124,8 @@ def ours_command(shape: Shape, case: Case, root: Path, run: str) -> list[str]:
         "block_size": shape.block_size, "batch_size": shape.sequences(),
         "grad_accum": shape.sequences() // case.micro_batch, "max_iters": shape.steps,
         "warmup_iters": shape.steps // 4, "time_budget": 0, "eval_interval": shape.steps,
-        "eval_iters": 1, "ckpt_interval": shape.steps, "log_interval": 1, "dropout": 0.0,
+        "eval_iters": 1, "ckpt_interval": shape.steps, "log_interval": LOG_INTERVAL,
+        "dropout": 0.0,
         "bias": False, "resume": "never", **case.flags,
     }  # fmt: skip
     return [sys.executable, "-m", "gpt", "train-gpt", *to_args(flags)]
@@ -176,7 +179,8 @@ def rate_of(shape: Shape, trainer: str, arrivals: list[tuple[int, float]]) -> tu
     step, and how many steps that is."""
     # nanoGPT numbers its steps from 0, we from 1: both lines mean "this many steps done".
     done = [(n + 1 if trainer == "nanogpt" else n, t) for n, t in arrivals]
-    (n0, t0), (n1, t1) = done[max(0, min(shape.warmup, len(done) - 1) - 1)], done[-1]
+    warm = [i for i, (n, _) in enumerate(done) if n >= shape.warmup]
+    (n0, t0), (n1, t1) = done[min(warm[0], len(done) - 2) if warm else 0], done[-1]
     return (n1 - n0) * shape.tokens_per_step / (t1 - t0), n1 - n0
 
 

@@ -182,7 +182,8 @@ class TrainConfig(ModelConfig, RunConfig):
     eval_iters: int = 200
     """Batches per evaluation, at most (a small validation split is evaluated whole)."""
     log_interval: int = 10
-    """Print progress and append to metrics/train.jsonl every this many steps."""
+    """Print progress and append to metrics/train.jsonl every this many steps (and after the
+    first)."""
     ckpt_interval: int = 500
     """Write a checkpoint every this many steps (and at the end)."""
     keep_last: int = 2

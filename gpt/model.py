@@ -205,9 +205,10 @@ class GPT(nn.Module):
             nn.init.normal_(module.weight, mean=0.0, std=0.02)
 
     def num_params(self) -> int:
-        """Parameter count (the tied token embedding once: as the output head it does compute;
-        its padding rows included, as they are computed too)."""
-        return sum(p.numel() for p in self.parameters())
+        """Parameter count (the tied token embedding once: as the output head it does compute),
+        without the padding rows, which take no part in the model."""
+        padding = (self.lm_head.weight.size(0) - self.config.vocab_size) * self.config.n_embd
+        return sum(p.numel() for p in self.parameters()) - padding
 
     def describe(self) -> str:
         """The model in one line, for logs and reports (the one place it is spelled out)."""
@@ -218,7 +219,8 @@ class GPT(nn.Module):
                 f"x {c.n_embd} wide, context {c.block_size}, vocab {c.vocab_size}{padding}")
 
     def flops_per_token(self) -> float:
-        """Training FLOPs per token (forward + backward), as in the PaLM paper's appendix B."""
+        """Training FLOPs per token (forward + backward), as in the PaLM paper's appendix B: of
+        the real vocabulary, so the padding rows' work counts as overhead in MFU."""
         cfg = self.config
         n_params = self.num_params()
         attn = 12 * cfg.n_layer * cfg.n_embd * cfg.block_size

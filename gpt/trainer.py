@@ -205,7 +205,8 @@ class Trainer:
             if cfg.time_budget:  # rank 0's clock decides, so every rank stops at the same step
                 st.elapsed_s = world.from_main(st.elapsed_s)
             faults.step_done(st.step, world.rank)
-            log_due = st.step % cfg.log_interval == 0
+            # Step 1 too: after a long compile, the first line says training runs, and how fast.
+            log_due = st.step % cfg.log_interval == 0 or st.step == 1
             eval_due = st.step % cfg.eval_interval == 0 or self.done()
             checkpoint_due = st.step % cfg.ckpt_interval == 0 or self.done()
             if log_due or eval_due or checkpoint_due:

@@ -72,18 +72,19 @@ def test_time_to_quality_sends_corpus_flags_to_the_corpus_stage(tmp_path):
     assert row["corpus_flags"] == {"max_vocab": "300"} and row["steps"] == CHECKPOINTS
 
 
-def test_rates_are_timed_from_the_end_of_the_warm_up_to_the_end_of_the_last_step():
+def test_rates_are_timed_from_the_first_line_after_the_warm_up_to_the_last_line():
     from bench.vs_nanogpt import Case, Shape, row_of
 
-    shape = Shape(1, 1, 8, 4, 100, "char", "cpu", steps=5, warmup=1)
-    # nanoGPT logs iterations 0..4, we log steps 1..5: the same five steps, at the same times.
-    times = [2.0, 3.0, 3.5, 4.0, 4.5]
-    for trainer, first in (("nanogpt", 0), ("ours", 1)):
-        runs = [{"arrivals": [(first + i, t + extra) for i, t in enumerate(times)],
+    shape = Shape(1, 1, 8, 4, 100, "char", "cpu", steps=31, warmup=10)
+    # Every 10 steps and the first: nanoGPT logs iterations 0, 10, 20, 30 (1, 11, 21 and 31
+    # steps done), we steps 1, 10, 20, 30. Timed: nanoGPT 11 -> 31, ours 10 -> 30.
+    times = [2.0, 3.0, 4.0, 5.0]
+    for trainer, numbers in (("nanogpt", (0, 10, 20, 30)), ("ours", (1, 10, 20, 30))):
+        runs = [{"arrivals": [(n, t + extra) for n, t in zip(numbers, times, strict=True)],
                  "rss_mib": 300.0 + extra} for extra in (0.0, 1.0)]
         row = row_of(shape, Case(trainer, trainer, 4), runs, flops=0.0, peak=None)
-        assert row["steps_timed"] == 4  # from the end of step 1 (warm-up) to that of step 5
-        assert row["tokens_per_s"]["values"] == pytest.approx([4 * 100 / 2.5] * 2)
+        assert row["steps_timed"] == 20
+        assert row["tokens_per_s"]["values"] == pytest.approx([20 * 100 / 2.0] * 2)
         assert row["first_step_s"]["values"] == [2.0, 3.0] and row["rss_mib"] == 301.0
 
 
@@ -91,16 +92,16 @@ def test_rates_are_timed_from_the_end_of_the_warm_up_to_the_end_of_the_last_step
 def test_vs_nanogpt_runs_the_peer_and_ours_side_by_side(shared, tmp_path, monkeypatch):
     from bench import vs_nanogpt
 
-    tiny = vs_nanogpt.Shape(2, 2, 32, 32, 256, "char", "cpu", steps=8, warmup=2)
+    tiny = vs_nanogpt.Shape(2, 2, 32, 32, 256, "char", "cpu", steps=20, warmup=5)
     monkeypatch.setattr(vs_nanogpt, "shape_for", lambda cuda, quick: tiny)
     main(["--quick", "--results", str(tmp_path), "vs_nanogpt"])
 
     doc = json.loads((tmp_path / "vs_nanogpt.json").read_text())
-    assert doc["settings"]["device_name"] == "cpu" and doc["settings"]["shape"]["steps"] == 8
+    assert doc["settings"]["device_name"] == "cpu" and doc["settings"]["shape"]["steps"] == 20
     rows = {row["case"]: row for row in doc["rows"]}
     assert sorted(rows) == ["nanoGPT", "ours, GPT-2 choices", "ours, default model"]
-    for row in rows.values():  # every trainer ran its 8 steps and was timed over the last 6
-        assert row["steps_timed"] == 6 and row["tokens_per_s"]["median"] > 0
+    for row in rows.values():  # logged at 1, 10 and (ours) 20: timed over 10 steps each
+        assert row["steps_timed"] == 10 and row["tokens_per_s"]["median"] > 0
         assert 0 < row["first_step_s"]["median"] < 120 and row["rss_mib"] > 50
     assert rows["nanoGPT"]["ratio_to_best_nanogpt"] == 1.0
     ours = rows["ours, default model"]
