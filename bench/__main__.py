@@ -20,6 +20,7 @@ BENCHMARKS = {
     "launcher": "bench.launcher_latency",
     "time_to_quality": "bench.time_to_quality",
     "vs_nanogpt": "bench.vs_nanogpt",
+    "precision": "bench.precision",
 }
 
 

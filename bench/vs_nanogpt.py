@@ -224,6 +224,15 @@ def prepare_data(shape: Shape, root: Path, quick: bool) -> tuple[str, int]:
     return rundir.run, meta.vocab_size
 
 
+def linked_run(root: Path, data_run: str, name: str) -> str:
+    """A new run `name` under `root` that trains on `data_run`'s token files (linked, not copied,
+    so every case reads the same file)."""
+    (root / name).mkdir()
+    for part in ("corpus", "data"):
+        (root / name / part).symlink_to(root / data_run / part)
+    return name
+
+
 def nanogpt_workdir(root: Path, data_run: str, vocab_size: int, shape: Shape) -> Path:
     """nanoGPT's working directory: its three files, and our token files as its dataset."""
     work = root / "nanogpt"
@@ -278,10 +287,7 @@ def run(quick: bool) -> Result:
                 if case.trainer == "nanogpt":
                     argv, cwd = nanogpt_command(shape, case, "bench"), work
                 else:
-                    run_name = f"ours-{i}-{attempt}"
-                    (root / run_name).mkdir()
-                    for part in ("corpus", "data"):  # one token file for every case
-                        (root / run_name / part).symlink_to(root / data_run / part)
+                    run_name = linked_run(root, data_run, f"ours-{i}-{attempt}")
                     argv, cwd = ours_command(shape, case, root, run_name), REPO
                 runs[i].append(timed_run(argv, cwd, case.trainer, log, cuda))
         result.rows = [row_of(shape, c, r, flops, peak) for c, r in zip(todo, runs, strict=True)]

@@ -194,10 +194,14 @@ class TrainConfig(ModelConfig, RunConfig):
     seed: int = 1337
     """Seed for initialisation, batches and dropout: equal seeds give equal runs on a CPU."""
     device: Literal["auto", "cpu", "cuda"] = "auto"
-    """Where to train; auto picks CUDA when available (bf16 autocast and TF32 there)."""
-    compile: bool = False
-    """torch.compile the model: pays off on a GPU; on a small CPU model compiling costs more
-    than it saves."""
+    """Where to train; auto picks CUDA when available."""
+    dtype: Literal["auto", "bfloat16", "float32"] = "auto"
+    """Precision of the forward and backward passes: bfloat16 autocast (weights and optimizer
+    stay float32), or float32 throughout; auto: bfloat16 on a GPU that has it (float32 matmuls
+    there run as TF32), float32 on a CPU."""
+    compile: bool | None = None
+    """torch.compile the model (unset: on a GPU, where its ~40 s pay off within minutes; not on
+    a CPU, where a small model's compiling costs more than it saves)."""
 
     def __post_init__(self) -> None:
         RunConfig.__post_init__(self)

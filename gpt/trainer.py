@@ -120,16 +120,27 @@ class Trainer:
 
         # What runs the training step: maybe compiled, then wrapped by DDP. self.model stays the
         # plain module for evaluation, checkpoints and export.
-        step_model = torch.compile(self.model) if cfg.compile else self.model
-        self.step_model = DDP(step_model) if world.distributed else step_model
         cuda = self.device.type == "cuda"
-        self.bf16 = cuda and torch.cuda.is_bf16_supported()
+        compiled = cfg.compile if cfg.compile is not None else cuda
+        step_model = torch.compile(self.model) if compiled else self.model
+        self.step_model = DDP(step_model) if world.distributed else step_model
+        self.bf16 = self._use_bf16(cfg.dtype)
         peaks = [v for k, v in PEAK_FLOPS.items() if cuda and k in torch.cuda.get_device_name()]
         self.peak_flops = world.size * peaks[0] if peaks and self.bf16 else None
 
+    def _use_bf16(self, dtype: str) -> bool:
+        cuda = self.device.type == "cuda"
+        has_bf16 = not cuda or torch.cuda.is_bf16_supported()
+        if dtype == "bfloat16" and not has_bf16:
+            raise InputError(f"--dtype bfloat16: {torch.cuda.get_device_name()} has no bfloat16; "
+                             "use --dtype float32")
+        if dtype == "float32":
+            torch.set_float32_matmul_precision("highest")  # asked for: no TF32 either
+        return dtype == "bfloat16" or (dtype == "auto" and cuda and has_bf16)
+
     def _autocast(self):
         if self.bf16:
-            return torch.autocast("cuda", dtype=torch.bfloat16)
+            return torch.autocast(self.device.type, dtype=torch.bfloat16)
         return contextlib.nullcontext()
 
     def log(self, message: str) -> None:

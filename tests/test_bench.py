@@ -109,6 +109,23 @@ def test_vs_nanogpt_runs_the_peer_and_ours_side_by_side(shared, tmp_path, monkey
         ours["tokens_per_s"]["median"] / rows["nanoGPT"]["tokens_per_s"]["median"])
 
 
+@pytest.mark.slow
+def test_precision_trains_one_model_in_float32_and_bfloat16(tmp_path, monkeypatch):
+    from bench import precision, vs_nanogpt
+
+    tiny = vs_nanogpt.Shape(2, 2, 32, 32, 256, "char", "cpu", steps=20, warmup=5)
+    monkeypatch.setattr(vs_nanogpt, "shape_for", lambda cuda, quick: tiny)
+    main(["--quick", "--results", str(tmp_path), "precision"])
+
+    doc = json.loads((tmp_path / "precision.json").read_text())
+    rows = {row["dtype"]: row for row in doc["rows"]}
+    assert sorted(rows) == ["bfloat16", "float32"] and doc["settings"]["device_name"] == "cpu"
+    fp32, bf16 = rows["float32"]["losses"], rows["bfloat16"]["losses"]
+    assert len(fp32) == len(bf16) == precision.STEPS and fp32 != bf16  # both ran, differently
+    assert rows["float32"]["largest_gap"] == 0
+    assert rows["bfloat16"]["largest_gap"] == max(abs(b - a) / a for a, b in zip(fp32, bf16))
+
+
 def test_on_cuda_both_trainers_get_gpt2_124m_at_the_same_tokens_per_step(tmp_path):
     """The GPU comparison, checked without a GPU: the command lines each case would run."""
     from bench import vs_nanogpt
