@@ -80,18 +80,20 @@ class Rotary(nn.Module):
         super().__init__()
         inv_freq = base ** -(torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim)
         angles = torch.outer(torch.arange(block_size, dtype=torch.float32), inv_freq)
-        # Not saved with the weights (persistent=False): they follow from the shape alone.
-        self.register_buffer("cos", angles.cos(), persistent=False)  # (block_size, hs/2)
-        self.register_buffer("sin", angles.sin(), persistent=False)  # (block_size, hs/2)
+        # Not saved with the weights (persistent=False): they follow from the shape alone. The
+        # middle axis broadcasts over the heads of (B, T, heads, hs/2).
+        self.register_buffer("cos", angles.cos()[:, None], persistent=False)  # (block, 1, hs/2)
+        self.register_buffer("sin", angles.sin()[:, None], persistent=False)  # (block, 1, hs/2)
 
     def forward(self, start: int, T: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """cos and sin of positions start .. start+T-1, each (T, hs/2)."""
+        """cos and sin of positions start .. start+T-1, each (T, 1, hs/2)."""
         return self.cos[start : start + T], self.sin[start : start + T]
 
 
 def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Rotate (B, nh, T, hs) queries or keys: the pairs (x[i], x[i + hs/2]) by position angles."""
-    x1, x2 = x.chunk(2, dim=-1)  # (B, nh, T, hs/2) each
+    """Rotate (B, T, heads, hs) queries or keys: the pairs (x[i], x[i + hs/2]) by position
+    angles."""
+    x1, x2 = x.chunk(2, dim=-1)  # (B, T, heads, hs/2) each
     cos, sin = cos.to(x.dtype), sin.to(x.dtype)  # keep bf16 activations bf16 under autocast
     return torch.cat((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1)
 
@@ -112,13 +114,15 @@ class CausalSelfAttention(nn.Module):
         cache: KVCache | None, layer: int,
     ) -> torch.Tensor:
         B, T, C = x.size()
-        q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
-        q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)  # (B, nh, T, hs)
-        k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)  # (B, nh, T, hs)
-        v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)  # (B, nh, T, hs)
+        nh, hs = self.n_head, C // self.n_head
+        qkv = self.c_attn(x).view(B, T, 3 * nh, hs)  # queries, keys, values of all heads
+        qk, v = qkv[:, :, : 2 * nh], qkv[:, :, 2 * nh :]  # (B, T, 2nh, hs), (B, T, nh, hs)
         if rope is not None:
-            # Keys are rotated before they are cached, so cached keys keep their own positions.
-            q, k = apply_rotary(q, *rope), apply_rotary(k, *rope)
+            # Queries and keys in one pass (half the kernels of two); keys before they are
+            # cached, so cached keys keep their own positions.
+            qk = apply_rotary(qk, *rope)
+        q, k = qk.transpose(1, 2).split(nh, dim=1)  # (B, nh, T, hs) each
+        v = v.transpose(1, 2)  # (B, nh, T, hs)
         dropout_p = self.dropout if self.training else 0.0
         if cache is None:
             y = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True)

@@ -61,7 +61,7 @@ def test_cache_refuses_to_overflow_the_context(model: GPT) -> None:
 def test_rotary_scores_depend_only_on_the_distance_between_tokens() -> None:
     torch.manual_seed(0)
     rotary = Rotary(head_dim=8, block_size=32)
-    q, k = torch.randn(2, 1, 1, 1, 8).unbind(0)  # (B, nh, T, hs) each
+    q, k = torch.randn(2, 1, 1, 1, 8).unbind(0)  # (B, T, nh, hs) each
 
     def score(m: int, n: int) -> torch.Tensor:
         return (apply_rotary(q, *rotary(m, 1)) * apply_rotary(k, *rotary(n, 1))).sum()
@@ -70,6 +70,10 @@ def test_rotary_scores_depend_only_on_the_distance_between_tokens() -> None:
     torch.testing.assert_close(score(3, 3), (q * k).sum())  # same position: plain dot product
     assert not torch.allclose(score(5, 2), score(5, 4))
     torch.testing.assert_close(apply_rotary(q, *rotary(7, 1)).norm(), q.norm())  # a rotation
+    # A whole window at once: position t of every head is rotated as position t alone is.
+    window = apply_rotary(q.expand(2, 32, 3, 8), *rotary(0, 32))  # (B, T, nh, hs)
+    for t in (0, 7, 31):
+        torch.testing.assert_close(window[:, t], apply_rotary(q, *rotary(t, 1))[0].expand(2, 3, 8))
 
 
 def test_the_order_of_the_context_reaches_the_model(model: GPT) -> None:
