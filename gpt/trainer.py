@@ -290,13 +290,15 @@ class Trainer:
         """Mean validation loss over the fixed evaluation windows, split over the ranks."""
         self.model.eval()
         mine = self.eval_windows[self.world.rank :: self.world.size]
-        total = 0.0
+        # Summed on the device (in float64, as a Python float would be): one wait at the end,
+        # not one per batch.
+        total = torch.zeros((), dtype=torch.float64, device=self.device)
         for x, y in eval_batches(self.data.val, mine, self.cfg.block_size, self.micro_batch,
                                  self.device):
             with self._autocast():
                 _, loss = self.model(x, y)
-            total += loss.item() * len(x)
-        total, count = self.world.sum([total, len(mine)])
+            total += loss.double() * len(x)
+        total, count = self.world.sum([total.item(), len(mine)])
         self.model.train()
         val = total / count
         bpb = self.data.meta.bits_per_byte(val)
