@@ -129,6 +129,7 @@ class Trainer:
         self.peak_flops = world.size * peaks[0] if peaks and self.bf16 else None
 
     def _use_bf16(self, dtype: str) -> bool:
+        """Whether --dtype means bfloat16 autocast here; --dtype float32 also turns TF32 off."""
         cuda = self.device.type == "cuda"
         has_bf16 = not cuda or torch.cuda.is_bf16_supported()
         if dtype == "bfloat16" and not has_bf16:

@@ -341,3 +341,19 @@ def test_bf16_follows_the_float32_loss_curve(root: Path) -> None:
     assert curves["float32"][-1] < curves["float32"][0] - 0.5  # it learned: the curve says a lot
     gaps = [abs(b - a) / a for a, b in zip(curves["float32"], curves["bfloat16"], strict=True)]
     assert 0 < max(gaps) < 0.02
+
+
+@pytest.mark.slow
+def test_a_compiled_step_trains_as_the_eager_one(root: Path) -> None:
+    """`torch.compile`, the default on a GPU, checked where CI can run it: on the CPU, the same
+    per-step losses as eager mode (with the padded vocabulary's -inf fill and the optimizer's
+    found_inf flag inside the compiled graph's reach)."""
+    curves = {}
+    for compiled in ("false", "true"):
+        run = f"compile-{compiled}"
+        write_data(root, run)
+        assert train(root, run, "--max_iters", "6", "--log_interval", "1", "--compile", compiled,
+                     "--dropout", "0", "--n_layer", "1", "--n_embd", "32", "--n_head", "2") == 0
+        curves[compiled] = [r["loss"] for r in records(RunDir.of(root, run)) if "loss" in r]
+    assert len(curves["true"]) == 6
+    assert curves["true"] == pytest.approx(curves["false"], rel=1e-4)
