@@ -46,12 +46,15 @@ def run(quick: bool) -> Result:
         data_run, _ = vs_nanogpt.prepare_data(shape, root, quick)
         curves = {}
         for dtype in DTYPES:
-            flags = {"dtype": dtype, "compile": False, "max_iters": STEPS, "log_interval": 1}
+            flags = {"dtype": dtype, "compile": False, "max_iters": STEPS, "log_interval": 1,
+                     "warmup_iters": 10}  # at the peak learning rate for most of the steps
             case = vs_nanogpt.Case("ours", dtype, micro_batch, flags)
             run_name = vs_nanogpt.linked_run(root, data_run, dtype)
             print(f"precision: {dtype} ...", flush=True)
             argv = vs_nanogpt.ours_command(shape, case, root, run_name)
-            subprocess.run(argv, cwd=vs_nanogpt.REPO, check=True, capture_output=True)
+            out = subprocess.run(argv, cwd=vs_nanogpt.REPO, capture_output=True, text=True)
+            if out.returncode:
+                raise RuntimeError(f"{dtype} run failed: {out.stderr.strip()[-2000:]}")
             curves[dtype] = loss_curve(root, run_name)
     reference = curves["float32"]
     for dtype, curve in curves.items():
