@@ -42,7 +42,7 @@ class Divergence:
         if step:
             loss, norm = self.values.tolist()
             raise NonFiniteLoss(
-                f"step {step}: loss {loss:.4g}, gradient norm {norm:.4g}; stopped before the "
-                f"optimizer step, and nothing after step {step - 1} was saved; lower "
+                f"step {step}: loss {loss:.4g}, gradient norm {norm:.4g}; no update was applied "
+                f"from that step on, and nothing after step {step - 1} was saved; lower "
                 "--learning_rate or set --grad_clip"
             )

@@ -7,6 +7,7 @@ names one fault:
   publishing them (rename + LATEST), and waits there to be killed.
 - `kill-rank-R@N`: rank R kills itself with SIGKILL after optimizer step N, on the first attempt
   only (torchrun's TORCHELASTIC_RESTART_COUNT is 0), so `torchrun --max-restarts` can recover.
+- `nan-loss-rank-R@N`: rank R's loss in optimizer step N is NaN, as if that rank diverged.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ import os
 import signal
 import sys
 import time
+
+import torch
 
 
 def _fault(kind: str) -> int | None:
@@ -35,3 +38,9 @@ def step_done(step: int, rank: int) -> None:
     if _fault(f"kill-rank-{rank}") == step and first_attempt:
         print(f"GPT_FAULT: rank {rank} kills itself after step {step}", file=sys.stderr, flush=True)
         os.kill(os.getpid(), signal.SIGKILL)
+
+
+def loss_of(loss: torch.Tensor, step: int, rank: int) -> torch.Tensor:
+    if _fault(f"nan-loss-rank-{rank}") == step:
+        return loss * float("nan")
+    return loss

@@ -254,6 +254,7 @@ class Trainer:
             with no_sync or contextlib.nullcontext():
                 with self._autocast():
                     _, loss = self.step_model(x, y)
+                loss = faults.loss_of(loss, st.step + 1, world.rank)
                 (loss / accum).backward()
             total += loss.detach()
         norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.grad_clip or math.inf)

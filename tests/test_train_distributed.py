@@ -69,3 +69,20 @@ def test_a_rank_that_dies_is_restarted_by_torchrun_and_resumes(root: Path) -> No
     assert [r["step"] for r in records(run)] == list(range(1, 13))
     assert run.latest.read_text().strip() == "step-12"
     assert (run.model_dir / "model.safetensors").is_file()
+
+
+def test_a_rank_that_diverges_stops_every_rank_at_the_same_check(root: Path) -> None:
+    """Only rank 1's loss is NaN at step 6, but the all-reduced gradient norm is NaN on both
+    ranks, so both skip the update, both stop at the next check (step 8, a log step) naming
+    step 6, and neither waits forever in a collective the other never joins."""
+    run = write_data(root, "r")
+    env = {**os.environ, "GPT_FAULT": "nan-loss-rank-1@6"}
+    done = train_cli(root, "r", "--max_iters", "12", "--ckpt_interval", "5", "--log_interval", "4",
+                     env=env, torchrun=TWO_RANKS)
+    assert done.returncode != 0
+    assert "step 6: loss nan" in done.stderr  # rank 1's own line
+    assert "step 6: loss " in done.stderr.replace("step 6: loss nan", "")  # and rank 0's
+    assert "nothing after step 5 was saved" in done.stderr
+    assert [r["step"] for r in records(run)] == [1, 4]
+    assert run.latest.read_text().strip() == "step-5"
+    assert not run.model_dir.exists()
