@@ -80,22 +80,26 @@ class Rotary(nn.Module):
         super().__init__()
         inv_freq = base ** -(torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim)
         angles = torch.outer(torch.arange(block_size, dtype=torch.float32), inv_freq)
-        # Not saved with the weights (persistent=False): they follow from the shape alone. The
-        # middle axis broadcasts over the heads of (B, T, heads, hs/2).
-        self.register_buffer("cos", angles.cos()[:, None], persistent=False)  # (block, 1, hs/2)
-        self.register_buffer("sin", angles.sin()[:, None], persistent=False)  # (block, 1, hs/2)
+        # Both halves' factors at full width, the sign of the rotation folded into sin, so that
+        # apply_rotary is one multiply and one multiply-add. Not saved with the weights
+        # (persistent=False): they follow from the shape alone. The middle axis broadcasts over
+        # the heads of (B, T, heads, hs).
+        cos = torch.cat((angles.cos(), angles.cos()), dim=-1)[:, None]  # (block_size, 1, hs)
+        sin = torch.cat((-angles.sin(), angles.sin()), dim=-1)[:, None]  # (block_size, 1, hs)
+        self.register_buffer("cos", cos, persistent=False)
+        self.register_buffer("sin", sin, persistent=False)
 
     def forward(self, start: int, T: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """cos and sin of positions start .. start+T-1, each (T, 1, hs/2)."""
+        """cos and (signed) sin of positions start .. start+T-1, each (T, 1, hs)."""
         return self.cos[start : start + T], self.sin[start : start + T]
 
 
 def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Rotate (B, T, heads, hs) queries or keys: the pairs (x[i], x[i + hs/2]) by position
-    angles."""
+    """Rotate (B, T, heads, hs) queries or keys: each pair (x[i], x[i + hs/2]) by its position's
+    angle, (x1, x2) -> (x1 cos - x2 sin, x2 cos + x1 sin)."""
     x1, x2 = x.chunk(2, dim=-1)  # (B, T, heads, hs/2) each
     cos, sin = cos.to(x.dtype), sin.to(x.dtype)  # keep bf16 activations bf16 under autocast
-    return torch.cat((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1)
+    return torch.addcmul(x * cos, torch.cat((x2, x1), dim=-1), sin)
 
 
 class CausalSelfAttention(nn.Module):
@@ -139,6 +143,22 @@ class CausalSelfAttention(nn.Module):
         return self.resid_dropout(self.c_proj(y))
 
 
+class ReLUSquared(torch.autograd.Function):
+    """relu(x)^2, with its gradient 2 relu(x) in one pass: autograd's chain for
+    `relu(x).square()` takes three (measured on a CPU: 6% of a baby-GPT training step)."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor) -> torch.Tensor:
+        r = F.relu(x)
+        ctx.save_for_backward(r)
+        return r * r
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor) -> torch.Tensor:
+        (r,) = ctx.saved_tensors
+        return grad.mul(r).mul_(2)
+
+
 class MLP(nn.Module):
     """Two linear layers around a squared ReLU (So et al. 2021, "Primer") or GPT-2's GELU."""
 
@@ -151,7 +171,7 @@ class MLP(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h = self.c_fc(x)  # (B, T, 4C)
-        h = F.relu(h).square() if self.activation == "relu2" else F.gelu(h)
+        h = ReLUSquared.apply(h) if self.activation == "relu2" else F.gelu(h)
         return self.dropout(self.c_proj(h))
 
 

@@ -8,7 +8,7 @@ import torch.nn.functional as F
 from safetensors.torch import load_file
 
 from gpt.config import SamplingConfig
-from gpt.model import GPT, GPTConfig, Rotary, apply_rotary
+from gpt.model import GPT, GPTConfig, ReLUSquared, Rotary, apply_rotary
 from gpt.sampling import generate, new_generator
 
 TINY = dict(vocab_size=67, block_size=16, n_layer=2, n_head=2, n_embd=32)
@@ -74,6 +74,14 @@ def test_rotary_scores_depend_only_on_the_distance_between_tokens() -> None:
     window = apply_rotary(q.expand(2, 32, 3, 8), *rotary(0, 32))  # (B, T, nh, hs)
     for t in (0, 7, 31):
         torch.testing.assert_close(window[:, t], apply_rotary(q, *rotary(t, 1))[0].expand(2, 3, 8))
+
+
+def test_squared_relu_has_the_gradient_of_relu_squared() -> None:
+    x = torch.randn(64, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(ReLUSquared.apply, (x,))
+    out, = torch.autograd.grad(ReLUSquared.apply(x).sum(), x)
+    want, = torch.autograd.grad(F.relu(x).square().sum(), x)
+    torch.testing.assert_close(out, want)
 
 
 def test_the_order_of_the_context_reaches_the_model(model: GPT) -> None:
