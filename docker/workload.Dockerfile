@@ -13,6 +13,12 @@ ENV PIP_NO_CACHE_DIR=1 \
     PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1
 
+# A C/C++ compiler: torch.compile (on by default on CUDA) builds Triton's kernel launchers with
+# gcc, and its CPU kernels with g++; without one a compiled run fails at its first step.
+RUN apt-get update \
+ && apt-get install --yes --no-install-recommends g++=4:12.2.0-3 \
+ && rm -rf /var/lib/apt/lists/*
+
 # uid/gid 1000, the runtimes' securityContext (runAsUser/runAsGroup/fsGroup in runtimes/): the
 # image's user then owns what it writes, on the PVC at /gpt too. /gpt exists for `docker run`
 # without a volume.

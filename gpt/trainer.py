@@ -14,8 +14,10 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
+import os
 import random
 import shlex
+import shutil
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -80,6 +82,12 @@ def build_optimizer(model: GPT, cfg: TrainConfig, device: torch.device) -> torch
     return torch.optim.AdamW(groups, lr=cfg.learning_rate, betas=(0.9, cfg.beta2), fused=True)
 
 
+def c_compiler() -> str | None:
+    """What Triton (torch.compile on CUDA) builds its kernel launchers with, as it looks for one
+    (triton/runtime/build.py): $CC, else gcc, else clang; None if there is none."""
+    return os.environ.get("CC") or shutil.which("gcc") or shutil.which("clang")
+
+
 def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
     np.random.seed(seed % 2**32)
@@ -121,7 +129,12 @@ class Trainer:
         # What runs the training step: maybe compiled, then wrapped by DDP. self.model stays the
         # plain module for evaluation, checkpoints and export.
         cuda = self.device.type == "cuda"
-        compiled = cfg.compile if cfg.compile is not None else cuda
+        compiled = cfg.compile
+        if compiled is None:  # unset: on CUDA, if Triton can build its kernel launchers there
+            compiled = cuda and c_compiler() is not None
+            if cuda and not compiled:
+                self.log("train-gpt: not compiling, as Triton finds no C compiler ($CC, gcc or "
+                         "clang) to build kernels with; install one, or pass --compile false")
         step_model = torch.compile(self.model) if compiled else self.model
         self.step_model = DDP(step_model) if world.distributed else step_model
         self.bf16 = self._use_bf16(cfg.dtype)

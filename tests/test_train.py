@@ -357,3 +357,17 @@ def test_a_compiled_step_trains_as_the_eager_one(root: Path) -> None:
         curves[compiled] = [r["loss"] for r in records(RunDir.of(root, run)) if "loss" in r]
     assert len(curves["true"]) == 6
     assert curves["true"] == pytest.approx(curves["false"], rel=1e-4)
+
+
+def test_compiling_by_default_needs_the_c_compiler_triton_would_find(monkeypatch,
+                                                                     tmp_path: Path) -> None:
+    from gpt.trainer import c_compiler
+
+    monkeypatch.delenv("CC", raising=False)
+    monkeypatch.setenv("PATH", str(tmp_path))  # no gcc, no clang
+    assert c_compiler() is None
+    (tmp_path / "clang").write_text("#!/bin/sh\n")
+    (tmp_path / "clang").chmod(0o755)
+    assert c_compiler() == str(tmp_path / "clang")
+    monkeypatch.setenv("CC", "/opt/cc")
+    assert c_compiler() == "/opt/cc"
