@@ -33,7 +33,11 @@ SETTINGS = {
     "max_iters": 60, "ckpt_interval": 10, "eval_interval": 20, "eval_iters": 4,
     "log_interval": 5, "max_new_tokens": 16, "prompt": ["To be, or not to be"],
 }  # fmt: skip
-KILLS = 22  # at least 20 land before the pipeline ends on its own
+KILLS = 20  # kills that land before the pipeline ends on its own
+# A kill timed by the reference run's durations misses when a trial's last stage runs faster
+# than the reference's did (the reference, run first, is often the slowest); such a trial still
+# checks its run, and another one follows, up to this many in all.
+MAX_TRIALS = 30
 
 
 def command(root: Path) -> list[str]:
@@ -152,7 +156,10 @@ def test_sigkill_at_random_moments_then_the_same_command_completes_identically(
     seed = random.randrange(2**32)
     rng = random.Random(seed)
     hit: dict[str, int] = {}
-    for trial in range(KILLS):
+    trial = -1
+    while sum(hit.values()) < KILLS:
+        trial += 1
+        assert trial < MAX_TRIALS, f"only {sum(hit.values())} of {trial} kills landed: {hit}"
         root = tmp_path / f"trial-{trial}"
         # Each step in turn, at a random moment of its length in the uninterrupted run.
         target = STAGES[trial % len(STAGES)]
@@ -179,8 +186,7 @@ def test_sigkill_at_random_moments_then_the_same_command_completes_identically(
             assert_nothing_half_written(root)
         except AssertionError as e:
             raise AssertionError(f"{context}: {e}") from None
-    print(f"kills per stage: {hit} (seed {seed})")
-    assert sum(hit.values()) >= 20, hit
+    print(f"kills per stage: {hit} in {trial + 1} trials (seed {seed})")
     assert all(hit.get(stage, 0) >= 4 for stage in STAGES), f"every stage is hit: {hit}"
 
 
