@@ -10,7 +10,6 @@ it computes); on a CPU the baby GPT, where bfloat16 autocast is slower, but comp
 
 from __future__ import annotations
 
-import json
 import subprocess
 import tempfile
 from pathlib import Path
@@ -23,10 +22,10 @@ DTYPES = ("float32", "bfloat16")
 
 
 def loss_curve(root: Path, run: str) -> list[float]:
+    from gpt.report import read_jsonl
     from gpt.rundir import RunDir
 
-    rows = RunDir.of(root, run).train_jsonl.read_text().splitlines()
-    return [row["loss"] for row in map(json.loads, rows) if "loss" in row]
+    return [row["loss"] for row in read_jsonl(RunDir.of(root, run).train_jsonl) if "loss" in row]
 
 
 def run(quick: bool) -> Result:

@@ -328,15 +328,19 @@ def test_every_metrics_row_has_the_elapsed_time(root: Path) -> None:
     assert all(r["elapsed_s"] > 0 for r in rows)
 
 
+def loss_curve(root: Path, run: str, *flags: str) -> list[float]:
+    """Train a new run `run` with `flags`; its training loss at every logged step."""
+    write_data(root, run)
+    assert train(root, run, *flags) == 0
+    return [r["loss"] for r in records(RunDir.of(root, run)) if "loss" in r]
+
+
 def test_bf16_follows_the_float32_loss_curve(root: Path) -> None:
     """bfloat16 autocast (the default on a GPU; here forced on the CPU) stays within 2% of a
     float32 run of the same model, step by step, over the first 50 steps."""
-    curves = {}
-    for dtype in ("float32", "bfloat16"):
-        write_data(root, dtype)
-        assert train(root, dtype, "--max_iters", "50", "--log_interval", "1", "--dtype", dtype,
-                     "--dropout", "0") == 0
-        curves[dtype] = [r["loss"] for r in records(RunDir.of(root, dtype)) if "loss" in r]
+    curves = {dtype: loss_curve(root, dtype, "--max_iters", "50", "--log_interval", "1",
+                                "--dtype", dtype, "--dropout", "0")
+              for dtype in ("float32", "bfloat16")}
     assert len(curves["float32"]) == len(curves["bfloat16"]) == 50
     assert curves["float32"][-1] < curves["float32"][0] - 0.5  # it learned: the curve says a lot
     gaps = [abs(b - a) / a for a, b in zip(curves["float32"], curves["bfloat16"], strict=True)]
@@ -348,13 +352,10 @@ def test_a_compiled_step_trains_as_the_eager_one(root: Path) -> None:
     """`torch.compile`, the default on a GPU, checked where CI can run it: on the CPU, the same
     per-step losses as eager mode (with the padded vocabulary's -inf fill and the optimizer's
     found_inf flag inside the compiled graph's reach)."""
-    curves = {}
-    for compiled in ("false", "true"):
-        run = f"compile-{compiled}"
-        write_data(root, run)
-        assert train(root, run, "--max_iters", "6", "--log_interval", "1", "--compile", compiled,
-                     "--dropout", "0", "--n_layer", "1", "--n_embd", "32", "--n_head", "2") == 0
-        curves[compiled] = [r["loss"] for r in records(RunDir.of(root, run)) if "loss" in r]
+    curves = {compiled: loss_curve(root, f"compile-{compiled}", "--max_iters", "6",
+                                   "--log_interval", "1", "--compile", compiled, "--dropout", "0",
+                                   "--n_layer", "1", "--n_embd", "32", "--n_head", "2")
+              for compiled in ("false", "true")}
     assert len(curves["true"]) == 6
     assert curves["true"] == pytest.approx(curves["false"], rel=1e-4)
 
