@@ -81,7 +81,8 @@ def generate(
     """Yield up to `cfg.max_new_tokens` new token ids continuing `prompt`, as each is sampled.
 
     Stops early at `eot_id` (which is not yielded). Only ids below `vocab_size` are sampled: the
-    tokenizer's vocabulary, which may be smaller than a padded embedding table. The prompt is
+    tokenizer's vocabulary, which may be smaller than the model's (a model built with spare
+    ids). The prompt is
     cropped to its last block_size tokens. `use_cache=False` recomputes the whole window every
     step: the reference the cached path must match, and the baseline for benchmarks.
     """

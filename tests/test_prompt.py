@@ -247,8 +247,8 @@ def test_prompt_flag_answers_each_and_replies_reproduce_from_the_transcript(rund
     assert transcript(rundir)[-1]["reply"] == second["reply"]
 
 
-def test_gpt2_tokenizer_with_a_padded_model_streams_valid_text(root: Path) -> None:
-    # compacted BPE (~300 ids) under a model padded to 512: padding ids must never be sampled,
+def test_gpt2_tokenizer_with_a_larger_model_vocabulary_streams_valid_text(root: Path) -> None:
+    # compacted BPE (~300 ids) under a model of 512 ids: the spare ids must never be sampled,
     # and byte tokens that split a character must still stream as text
     rundir = export(root, GPT2Tokenizer.fit([TEXT + "héllo wörld ✓"]), vocab_size=512)
     out = one_shot(rundir, "--prompt", "wörld ✓", "--temperature", "2", "--max_new_tokens", "60")
