@@ -82,9 +82,9 @@ def generate(
 
     Stops early at `eot_id` (which is not yielded). Only ids below `vocab_size` are sampled: the
     tokenizer's vocabulary, which may be smaller than the model's (a model built with spare
-    ids). The prompt is
-    cropped to its last block_size tokens. `use_cache=False` recomputes the whole window every
-    step: the reference the cached path must match, and the baseline for benchmarks.
+    ids). The prompt is cropped to its last block_size tokens. `use_cache=False` recomputes the
+    whole window every step: the reference the cached path must match, and the baseline for
+    benchmarks.
     """
     if not prompt:
         raise ValueError("generate needs at least one prompt token")
