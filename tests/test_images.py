@@ -358,10 +358,11 @@ def test_components_base_image_follows_the_environment_at_compile_time() -> None
     assert set(found.values()) == {"registry.example.com/probe/gpt-component:t42"}, found
 
 
-def test_readme_names_exactly_the_images_env_images(default_images) -> None:
-    readme = (PROJECT / "README.md").read_text()
-    refs = {r for r in IMAGE_REF.findall(readme) if "$" not in r}
-    assert refs == set(default_images), f"README names {refs}; images.env says {default_images}"
+def test_docs_name_exactly_the_images_env_images(default_images) -> None:
+    """The README and docs/ (the cluster guide names the images) agree with images.env."""
+    docs = [PROJECT / "README.md", *sorted((PROJECT / "docs").glob("*.md"))]
+    refs = {r for doc in docs for r in IMAGE_REF.findall(doc.read_text()) if "$" not in r}
+    assert refs == set(default_images), f"the docs name {refs}; images.env says {default_images}"
 
 
 # --- the Makefile --------------------------------------------------------------------------------
