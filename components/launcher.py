@@ -23,6 +23,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from components.events import Events
+from components.events import from_environment as events_from_environment
 from components.placement import Placement
 from components.podlogs import PodLogs, from_environment, node0_log
 from components.stagelog import LOG_TAIL_LINES, tail
@@ -36,8 +38,11 @@ STAGE_LABEL = "gpt-trainjobs/stage"
 PART_OF = {"app.kubernetes.io/part-of": "gpt-trainjobs"}
 # Longest single watch request; the server closes it and we resume from the last version seen.
 WATCH_WINDOW_S = 300
+# A TrainJob whose JobSet made no pods this long after its creation fails the step with the
+# reason its Warning Events give: Trainer v2.3 reports a JobSet it could not create only as an
+# Event (pkg/controller/trainjob_controller.go), so nothing else would end the wait.
+START_GRACE_S = 120
 
-_NAME_MAX = 63
 _LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$")
 
 
@@ -49,23 +54,27 @@ class TrainJobTimeout(TimeoutError):
     """The TrainJob did not finish before its deadline; it was deleted."""
 
 
+class TrainJobStuck(RuntimeError):
+    """The TrainJob made no pods within its start grace; it was deleted. One line: why."""
+
+
 # ---------------------------------------------------------------------------------------------
 # Names and the spec
 
 
-def trainjob_name(stage: str, run: str, suffix: str | None = None) -> str:
-    """`<stage>-<run>-<random>`: an RFC-1035 label of at most 63 characters.
+def trainjob_name(stage: str) -> str:
+    """`<stage>-<8 random hex>`: at most 26 characters, whatever the run is called.
 
-    The run part is cut to fit, the random suffix keeps two attempts of one run and stage apart.
+    Trainer v2.3 names the JobSet after the TrainJob, and JobSet's webhook refuses one whose
+    longest pod name, `<jobset>-node-0-<numNodes-1>-abcde`, is not a 63-character DNS-1035 label
+    (kubernetes-sigs/jobset v0.12.0 pkg/webhooks/jobset_webhook.go). With 26 characters that
+    leaves room for numNodes up to the CRD's int32 limit. The run and stage are in the labels, as
+    the Kubeflow SDK keeps its 12-character names short (kubeflow/trainer/backends/kubernetes/
+    backend.py). Random, so a retry or re-run never picks up an old TrainJob.
     """
-    suffix = suffix or secrets.token_hex(3)
-    slug = re.sub(r"[^a-z0-9]+", "-", run.lower()).strip("-")
-    head = re.sub(r"[^a-z0-9-]+", "-", stage.lower()).strip("-")
-    if not head or not head[0].isalpha():
-        raise ValueError(f"stage {stage!r}: must start with a letter")
-    room = _NAME_MAX - len(head) - len(suffix) - 2
-    slug = slug[:room].strip("-")
-    return "-".join(part for part in (head, slug, suffix) if part)
+    if not re.fullmatch(r"[a-z][-a-z0-9]{0,16}", stage):
+        raise ValueError(f"stage {stage!r}: at most 17 characters of [a-z0-9-], starting a-z")
+    return f"{stage}-{secrets.token_hex(4)}"
 
 
 def label_value(text: str) -> str:
@@ -154,15 +163,19 @@ def launch(
     *,
     api: Any = None,
     pods: PodLogs | None = None,
+    events: Events | None = None,
     on_update: Callable[[dict[str, Any]], None] | None = None,
     say: Callable[[str], None] = print,
+    start_grace: float = START_GRACE_S,
 ) -> Outcome:
     """Create the TrainJob for `spec` and follow it to `Complete` (returns) or an error (raises)
     within `spec.placement.timeout` seconds.
 
     `api` is a `CustomObjectsApi` (default: from the kube config), `pods` is where the pods'
-    logs are read (default: `podlogs.from_environment()`); `on_update` sees every version of
-    the TrainJob as it arrives (the prompt stage uses it to find its pod).
+    logs are read (default: `podlogs.from_environment()`), `events` where the TrainJob's
+    Events are (default: `events.from_environment()`); `on_update` sees every version of the
+    TrainJob as it arrives (the prompt stage uses it to find its pod). A TrainJob with no pod
+    `start_grace` seconds after its creation is deleted and raises `TrainJobStuck`.
     """
     from kubernetes import client
 
@@ -174,7 +187,7 @@ def launch(
     if api is None:
         load_kube_config()
         api = client.CustomObjectsApi()
-    name = trainjob_name(spec.stage, run)
+    name = trainjob_name(spec.stage)
     body = build_trainjob(spec, name, namespace, run)
     timeout = spec.placement.timeout
     start = time.monotonic()
@@ -186,8 +199,13 @@ def launch(
         f"{spec.placement.num_nodes} node(s) x {spec.placement.num_proc_per_node} process(es)); "
         f"follow it with: kubectl -n {namespace} get trainjob {name} -w"
     )
+    startup = _Startup(namespace, name, pods, events or events_from_environment(), start_grace,
+                       start + start_grace)  # fmt: skip
     try:
-        final = _follow(api, namespace, name, obj, start + timeout, on_update)
+        final = _follow(api, namespace, name, obj, start + timeout, on_update, startup)
+    except TrainJobStuck as e:
+        _delete(api, namespace, name)
+        raise TrainJobStuck(f"{e}; deleted it") from None
     except TrainJobTimeout:
         _delete(api, namespace, name)
         raise TrainJobTimeout(
@@ -207,6 +225,39 @@ def launch(
     return Outcome(name=name, namespace=namespace, log=log, elapsed_s=elapsed)
 
 
+@dataclass
+class _Startup:
+    """Ends the wait for a TrainJob whose JobSet never made a pod (START_GRACE_S)."""
+
+    namespace: str
+    name: str
+    pods: PodLogs
+    events: Events
+    grace: float
+    deadline: float
+    started: bool = False
+
+    def check(self, obj: dict[str, Any]) -> None:
+        """Note a start (Trainer's jobsStatus, or a pod); past the deadline without one, raise."""
+        if self.started:
+            return
+        if (obj.get("status") or {}).get("jobsStatus") or self.pods.pods(self.namespace, self.name):
+            self.started = True
+        elif time.monotonic() >= self.deadline:
+            warnings = self.events.warnings(self.namespace, "TrainJob", self.name)
+            why = str(warnings[-1]) if warnings else "no Warning Event on it says why"
+            raise TrainJobStuck(" ".join(
+                f"TrainJob {self.namespace}/{self.name} made no pods within {self.grace:g} s: "
+                f"{why}".split()
+            ))  # fmt: skip
+
+    def wake(self, remaining: float) -> float:
+        """How long the next watch window may last: until the deadline while not started."""
+        if self.started:
+            return remaining
+        return max(0.05, min(remaining, self.deadline - time.monotonic() + 0.05))
+
+
 def _finished(obj: dict[str, Any]) -> bool:
     return bool({"Complete", "Failed"} & conditions(obj).keys())
 
@@ -218,11 +269,13 @@ def _follow(
     obj: dict[str, Any],
     deadline: float,
     on_update: Callable[[dict[str, Any]], None] | None,
+    startup: _Startup,
 ) -> dict[str, Any]:
     """Watch the TrainJob from `obj`'s version until it is Complete or Failed; its last version.
 
-    Each turn shows the current version to `on_update`, checks it and the deadline, then waits
-    for the next version in one watch window.
+    Each turn shows the current version to `on_update`, checks it, its start and the deadline,
+    then waits for the next version in one watch window (ending at the start deadline while
+    nothing has started).
     """
     from kubernetes.client.rest import ApiException
 
@@ -232,11 +285,12 @@ def _follow(
             on_update(obj)
         if _finished(obj):
             return obj
+        startup.check(obj)
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             raise TrainJobTimeout(name)
         try:
-            obj, rv = _watch_window(api, namespace, name, obj, rv, remaining)
+            obj, rv = _watch_window(api, namespace, name, obj, rv, startup.wake(remaining))
         except ApiException as e:
             if e.status != 410:
                 raise

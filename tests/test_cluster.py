@@ -5,15 +5,18 @@ from __future__ import annotations
 
 import json
 import re
+import time
 
 import pytest
-from cluster import runtimes
+from cluster import jobset_webhook, runtimes
+from cluster.jobset_webhook import admission_error
 from cluster.render import master_addr, render
 
 from components import launcher
 from components.launcher import GROUP, PLURAL, VERSION, TrainJobSpec
 from components.placement import Placement
 from components.podlogs import LogDirPodLogs
+from gpt.stages import STAGES
 
 RUNTIMES = {}
 
@@ -128,3 +131,69 @@ def test_the_log_folder_lists_pods_node_zero_first(tmp_path):
     assert logs.pods("ns", "j") == ["j-node-0-0-fghjk", "j-node-0-1-abcde"]
     assert logs.log("ns", "j-node-0-0-fghjk", 2) == "b\nc\n"
     assert "unavailable" in logs.log("ns", "gone", None)
+
+
+# ---- names JobSet admits (kubernetes-sigs/jobset v0.12.0 pkg/webhooks/jobset_webhook.go) -------
+
+KFP_RUN_ID = "6f1c2a9e-3b7d-4c1e-9a2f-0d4e5b6c7a8b"  # a KFP run id: a 36-character UUID
+
+
+def test_the_jobset_webhook_refuses_a_pod_name_over_63_characters():
+    # `<jobset>-node-0-<numNodes-1>-abcde`: 15 characters beside a 48-character name on one node.
+    assert admission_error("a" * 48, "node", 1) is None
+    refused = admission_error("a" * 49, "node", 1)
+    assert refused and jobset_webhook.POD_NAME_TOO_LONG in refused and "vjobset.kb.io" in refused
+    assert admission_error("a" * 48, "node", 11) is not None  # two digits for node index 10
+    assert admission_error("a" * 47, "node", 11) is None
+    job_too_long = admission_error("a" * 57, "node", 1)
+    assert job_too_long and jobset_webhook.JOB_NAME_TOO_LONG in job_too_long
+    assert "DNS-1035" in admission_error("9" + "a" * 10, "node", 1)
+
+
+def test_what_12ee68a_named_a_trainjob_of_a_kfp_run_is_refused():
+    # `<stage>-<run>-<6 hex>` with the run id, as components/launcher.py named it at 12ee68a.
+    for stage in STAGES:
+        assert admission_error(f"{stage}-{KFP_RUN_ID}-abc123", "node", 1) is not None, stage
+
+
+@pytest.mark.parametrize("stage", list(STAGES))
+def test_every_name_the_launcher_makes_is_admitted_for_any_node_count(stage):
+    # numNodes is an int32 in the TrainJob CRD (kubeflow/trainer v2.3.0 trainjob_types.go).
+    for num_nodes in (1, 2, 10, 1000, 2**31 - 1):
+        name = launcher.trainjob_name(stage)
+        assert admission_error(name, "node", num_nodes) is None, (name, num_nodes)
+
+
+@pytest.mark.apiserver
+def test_a_kfp_run_id_runs_on_two_nodes(trainer_cluster):
+    outcome = launcher.launch(spec("torch-distributed", 2), trainer_cluster.namespace,
+                              KFP_RUN_ID, say=lambda _: None, start_grace=30)  # fmt: skip
+    stored = trainer_cluster.api.get_namespaced_custom_object(
+        GROUP, VERSION, trainer_cluster.namespace, PLURAL, outcome.name)
+    assert stored["metadata"]["labels"]["pipeline/runid"] == KFP_RUN_ID
+    assert stored["metadata"]["labels"]["gpt-trainjobs/stage"] == "torch-distributed"
+    assert [p.index for p in trainer_cluster.runs[outcome.name].pods] == [0, 1]
+
+
+@pytest.mark.apiserver
+def test_a_trainjob_whose_jobset_is_refused_fails_the_step_with_the_event_and_is_deleted(
+    trainer_cluster, monkeypatch
+):
+    # A name JobSet refuses (what the launcher made of a KFP run id at 12ee68a): Trainer v2.3
+    # records a Warning Event and no condition; the step must not wait for its timeout.
+    monkeypatch.setattr(launcher, "trainjob_name", lambda stage: f"{stage}-{KFP_RUN_ID}-abc123")
+    ns = trainer_cluster.namespace
+    began = time.monotonic()
+    with pytest.raises(launcher.TrainJobStuck) as err:
+        launcher.launch(spec("torch-distributed", 1), ns, KFP_RUN_ID, say=lambda _: None,
+                        start_grace=2)  # fmt: skip
+    assert time.monotonic() - began < 15  # the grace, not the 60 s timeout
+    message = str(err.value)
+    assert "\n" not in message
+    assert "made no pods within 2 s: TrainJobResourcesCreationFailed: TrainJob resources " \
+           "reconciliation failed: admission webhook" in message  # fmt: skip
+    assert jobset_webhook.POD_NAME_TOO_LONG in message and message.endswith("deleted it")
+    listed = trainer_cluster.api.list_namespaced_custom_object(GROUP, VERSION, ns, PLURAL)
+    assert listed["items"] == []
+    (run,) = trainer_cluster.runs.values()
+    assert run.pods == []

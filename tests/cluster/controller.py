@@ -5,8 +5,10 @@ list, not a watch: the launcher's watch is what is under test). For each new one
 the ClusterTrainingRuntime, renders the JobSet (cluster/render.py) and runs it (`JobSetRun`):
 one pod per node (cluster/kubelet.py); a failed pod is retried while the Job's backoffLimit
 allows, a failed Job restarts the whole JobSet while failurePolicy.maxRestarts allows, and the
-outcome is written to the TrainJob's status as the Trainer does. Deleting the TrainJob deletes
-its pods (the garbage collector's part).
+outcome is written to the TrainJob's status as the Trainer does. A JobSet that JobSet's webhook
+refuses (cluster/jobset_webhook.py) makes no pods: the Trainer records a Warning Event
+(cluster/events.py) on each retry and sets no condition. Deleting the TrainJob deletes its pods
+(the garbage collector's part).
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
+from cluster.events import EventRecorder
+from cluster.jobset_webhook import admission_error
 from cluster.kubelet import Kubelet, Pod
 from cluster.render import NODE, Rendered, render
 from components.launcher import GROUP, PLURAL, VERSION
@@ -31,6 +35,12 @@ POLL_S = 0.05
 COMPLETED = ("AllJobsCompleted", "jobset completed successfully")
 FAILED_JOBS = ("FailedJobs", "jobset failed due to one or more job failures")
 MAX_RESTARTS = ("ReachedMaxRestarts", "jobset failed due to reaching max number of restarts")
+# kubeflow/trainer v2.3.0 pkg/controller/trainjob_controller.go (Reconcile): when the JobSet
+# cannot be created, a Warning Event with this reason and no condition; the error requeues the
+# TrainJob with controller-runtime's default per-item back-off (client-go
+# util/workqueue/default_rate_limiters.go: 5 ms doubling to 1000 s).
+CREATION_FAILED = "TrainJobResourcesCreationFailed"
+REQUEUE_BASE_S, REQUEUE_MAX_S = 0.005, 1000.0
 
 
 def _free_port() -> int:
@@ -48,9 +58,11 @@ def _condition(kind: str, reason: str, message: str) -> dict[str, Any]:
 class JobSetRun(threading.Thread):
     """One TrainJob's JobSet, from its first pods to the TrainJob's final condition."""
 
-    def __init__(self, api: Any, kubelet: Kubelet, trainjob: dict[str, Any]):
+    def __init__(
+        self, api: Any, kubelet: Kubelet, events: EventRecorder, trainjob: dict[str, Any]
+    ):
         super().__init__(daemon=True, name=f"jobset-{trainjob['metadata']['name']}")
-        self.api, self.kubelet, self.trainjob = api, kubelet, trainjob
+        self.api, self.kubelet, self.events, self.trainjob = api, kubelet, events, trainjob
         self.pods: list[Pod] = []
         """Every pod it started, all attempts, in order."""
         self.restarts = 0
@@ -69,6 +81,9 @@ class JobSetRun(threading.Thread):
                 GROUP, VERSION, RUNTIMES, self.trainjob["spec"]["runtimeRef"]["name"]
             )
             plan = render(self.trainjob, runtime)
+            # JobSet's webhook refuses the JobSet Trainer would create (cluster/jobset_webhook.py).
+            if refused := admission_error(plan.name, NODE, plan.num_nodes):
+                return self._retry_creation(refused)
             while True:
                 failed_job = self._attempt(plan)
                 if self.deleted.is_set():
@@ -92,6 +107,17 @@ class JobSetRun(threading.Thread):
         except BaseException as e:  # noqa: BLE001  (surfaced by the test through Cluster.errors)
             self.error = e
             print(f"test cluster: TrainJob {meta['namespace']}/{meta['name']}: {e!r}")
+
+    def _retry_creation(self, refused: str) -> None:
+        """The JobSet is refused: record why, as an Event, on every requeue until deleted."""
+        # trainjob_controller.go cuts the error to 950 characters in the Event's message.
+        message = f"TrainJob resources reconciliation failed: {refused:.950}"
+        backoff = REQUEUE_BASE_S
+        while True:
+            self.events.record(self.trainjob, "TrainJob", "Warning", CREATION_FAILED, message)
+            if self.deleted.wait(backoff):
+                return
+            backoff = min(backoff * 2, REQUEUE_MAX_S)
 
     def _attempt(self, plan: Rendered) -> str | None:
         """Run the JobSet's one Job (`<jobset>-node-0`) to its end; its name if it failed.
@@ -160,6 +186,7 @@ class Cluster(threading.Thread):
         super().__init__(daemon=True, name=f"test-cluster-{namespace}")
         self.api, self.namespace, self.kubelet = api, namespace, kubelet
         self.runs: dict[str, JobSetRun] = {}
+        self.events = EventRecorder(kubelet.logs, "trainjob-controller")
         self._stopping = threading.Event()
         self.start()
 
@@ -172,7 +199,7 @@ class Cluster(threading.Thread):
             for obj in items:
                 name = obj["metadata"]["name"]
                 if name not in self.runs:
-                    self.runs[name] = JobSetRun(self.api, self.kubelet, obj)
+                    self.runs[name] = JobSetRun(self.api, self.kubelet, self.events, obj)
                     self.runs[name].start()
             for name, run in list(self.runs.items()):
                 if name not in names and not run.deleted.is_set():
