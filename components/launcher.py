@@ -23,6 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from components.logfollow import LogFollower
 from components.placement import Placement
 from components.podlogs import PodLogs, from_environment, node0_log
 from components.stagelog import LOG_TAIL_LINES, tail
@@ -143,7 +144,9 @@ class Outcome:
     name: str
     namespace: str
     log: str
-    """The node-0 pod's whole log (what the component reads artifacts from)."""
+    """The node-0 pod's current log file, read once the TrainJob ended."""
+    files: dict[str, bytes]
+    """The files node 0 carried back (components/stagelog.py), by their path in the run."""
     elapsed_s: float
 
 
@@ -186,6 +189,7 @@ def launch(
         f"{spec.placement.num_nodes} node(s) x {spec.placement.num_proc_per_node} process(es)); "
         f"follow it with: kubectl -n {namespace} get trainjob {name} -w"
     )
+    follower = LogFollower(pods, namespace, name, say).start()
     try:
         final = _follow(api, namespace, name, obj, start + timeout, on_update)
     except TrainJobTimeout:
@@ -194,6 +198,8 @@ def launch(
             f"TrainJob {namespace}/{name} did not finish within {timeout:g} s; deleted it. "
             f"Log tail:\n{log_tail(LOG_TAIL_LINES)}"
         ) from None
+    finally:
+        follower.finish()
     elapsed = time.monotonic() - start
     if failed := conditions(final).get("Failed"):
         raise TrainJobFailed(
@@ -202,9 +208,11 @@ def launch(
             f"Log tail:\n{log_tail(LOG_TAIL_LINES)}"
         )
     log = log_tail(None)
-    say(f"TrainJob {namespace}/{name} complete after {elapsed:.0f} s. Log tail:")
-    say(tail(log))
-    return Outcome(name=name, namespace=namespace, log=log, elapsed_s=elapsed)
+    say(f"TrainJob {namespace}/{name} complete after {elapsed:.0f} s.")
+    if not follower.shown:  # the log was not followed: show its end now
+        say(f"Log tail:\n{tail(log)}")
+    files = follower.files(log)
+    return Outcome(name=name, namespace=namespace, log=log, files=files, elapsed_s=elapsed)
 
 
 def _finished(obj: dict[str, Any]) -> bool:
