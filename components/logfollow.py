@@ -60,15 +60,19 @@ class LogFollower:
     def _run(self) -> None:
         followed: PodRef | None = None
         while True:
+            # Read before listing: once the TrainJob has ended, one more listing finds node 0's
+            # last pod (whose log carries the files) even if it came and went unseen.
+            ending = self._ending.is_set()
             pod = self._node0()
-            if pod is None or pod.name == (followed and followed.name):
-                if self._ending.wait(POLL_S):
-                    return
+            if pod is not None and pod.name != (followed and followed.name):
+                if followed is not None:
+                    self.say(_replaced(followed, pod))
+                followed = pod
+                self._follow(pod)
                 continue
-            if followed is not None:
-                self.say(_replaced(followed, pod))
-            followed = pod
-            self._follow(pod)
+            if ending:
+                return
+            self._ending.wait(POLL_S)
 
     def _node0(self) -> PodRef | None:
         try:
@@ -83,7 +87,7 @@ class LogFollower:
         reader = CarriedFiles()
         self._files = reader.files  # the newest pod's files, filled as each block completes
         while True:
-            received = False
+            ending, received = self._ending.is_set(), False
             try:
                 for line in self.source.follow(self.namespace, pod.name):
                     received = True
@@ -95,10 +99,12 @@ class LogFollower:
                 if received:  # a stream cut short: the rest comes from the plain read at the end
                     self.say(f"(the log stream of pod {pod.name} ended early: {e})")
                     return
-                # Not started yet (a pending pod's log is refused) or already gone.
-                if self._ending.wait(POLL_S):
+                # Not started yet (a pending pod's log is refused) or already gone; once the
+                # TrainJob has ended, one more try after the end was known.
+                if ending:
                     self._tell_once(f"(could not follow the log of pod {pod.name}: {e})")
                     return
+                self._ending.wait(POLL_S)
 
     def _tell_once(self, message: str) -> None:
         if message not in self._told:
