@@ -4,6 +4,7 @@ files carried whole and bounded through a log of more than 10 MiB)."""
 
 from __future__ import annotations
 
+import http.server
 import json
 import re
 import threading
@@ -268,3 +269,79 @@ def test_a_jobset_restart_is_said_and_the_new_pod_followed(trainer_cluster, tmp_
     restart = [s for s in said if s.startswith("JobSet restart 1: ")]
     assert len(restart) == 1, said
     assert said.index("attempt one") < said.index(restart[0]) < said.index("attempt two")
+
+
+# ---- the core API source, against a server that speaks pods and pods/log ------------------------
+
+
+class CoreV1Server(http.server.ThreadingHTTPServer):
+    """Serves `GET .../pods` (two attempts of node 0, one node 1) and a followed `pods/log`
+    written in pieces that cut lines, as a kubelet's stream arrives."""
+
+    def __init__(self):
+        super().__init__(("127.0.0.1", 0), CoreV1Handler)
+        self.requests: list[str] = []
+
+
+class CoreV1Handler(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args):
+        pass
+
+    def do_GET(self):
+        self.server.requests.append(self.path)
+        if self.path.startswith("/api/v1/namespaces/ns/pods?"):
+
+            def pod(name, index, attempt, created):
+                labels = {"batch.kubernetes.io/job-completion-index": index,
+                          "jobset.sigs.k8s.io/restart-attempt": attempt}  # fmt: skip
+                return {"metadata": {"name": name, "labels": labels,
+                                     "creationTimestamp": created}}  # fmt: skip
+
+            items = [pod("j-node-0-1-bbbbb", "1", "1", "2026-01-01T00:00:05Z"),
+                     pod("j-node-0-0-ccccc", "0", "1", "2026-01-01T00:00:04Z"),
+                     pod("j-node-0-0-ddddd", "0", "0", "2026-01-01T00:00:01Z")]  # fmt: skip
+            body = json.dumps({"kind": "PodList", "apiVersion": "v1", "metadata": {},
+                               "items": items}).encode()  # fmt: skip
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+            return
+        self.send_response(200)
+        self.send_header("Content-Type", "text/plain")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        for piece in (b"step 1 | lo", b"ss 4.0\nstep 2 | loss 3.9\nst", b"ep 3 | loss 3.8"):
+            self.wfile.write(b"%x\r\n%s\r\n" % (len(piece), piece))
+            self.wfile.flush()
+            time.sleep(0.05)
+        self.wfile.write(b"0\r\n\r\n")
+
+
+@pytest.fixture
+def core_v1(monkeypatch):
+    from kubernetes import client
+
+    server = CoreV1Server()
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    config = client.Configuration(host=f"http://127.0.0.1:{server.server_address[1]}")
+    monkeypatch.setattr(client.Configuration, "_default", config)
+    yield server
+    server.shutdown()
+
+
+def test_the_core_api_source_follows_pods_log_and_finds_node_zeros_newest_pod(core_v1):
+    from components.podlogs import CoreV1PodLogs, PodRef
+
+    logs = CoreV1PodLogs()
+    assert logs.node0("ns", "j") == PodRef("j-node-0-0-ccccc", 1)
+    assert logs.pods("ns", "j") == ["j-node-0-0-ccccc", "j-node-0-0-ddddd", "j-node-0-1-bbbbb"]
+    assert list(logs.follow("ns", "j-node-0-0-ccccc")) == [
+        "step 1 | loss 4.0", "step 2 | loss 3.9", "step 3 | loss 3.8"
+    ]  # fmt: skip
+    (followed,) = [r for r in core_v1.requests if "/log?" in r]
+    assert followed.startswith("/api/v1/namespaces/ns/pods/j-node-0-0-ccccc/log?")
+    assert "follow=True" in followed and "container=node" in followed
