@@ -183,9 +183,9 @@ time.sleep(0.6)  # a kubelet monitor round while it runs: the log is rotated
 def test_a_log_of_more_than_10_mib_still_delivers_every_artifact(trainer_cluster, tmp_path):
     assert trainer_cluster.kubelet.rotation == LogRotation()  # upstream's 10 MiB
     pvc = tmp_path / "pvc"
-    # 100000 records: about 9 MB of train.jsonl, more than 10 MiB of base64 were it carried
-    # whole (then rotated away in the middle of its block).
-    lines = records(100_000, 250)
+    # 200000 records: about 11 MB of train.jsonl, 15 MB of base64 were it carried whole: the
+    # kubelet would rotate in the middle of its block and the plain read miss the block's start.
+    lines = records(200_000, 250)
     (pvc / "records.jsonl").write_bytes(b"".join(lines))
     (pvc / "loss.png").write_bytes(PNG)
     said = []
