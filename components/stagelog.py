@@ -21,6 +21,7 @@ import base64
 import binascii
 import hashlib
 import re
+import shlex
 import sys
 from collections.abc import Iterable
 from pathlib import Path
@@ -49,16 +50,12 @@ def emit_script(rundir: str, files: Iterable[str]) -> str:
     """
     source = Path(__file__).read_text()
     assert _HEREDOC not in source.splitlines()  # it would end the heredoc early
-    args = " ".join(_quote(a) for a in [rundir, *files])
+    args = shlex.join([rundir, *files])
     return (
         '"$@" || exit $?\n'
         '[ "${PET_NODE_RANK:-0}" = 0 ] || exit 0\n'
         f"exec python3 - {args} <<'{_HEREDOC}'\n{source}{_HEREDOC}\n"
     )
-
-
-def _quote(text: str) -> str:
-    return "'" + text.replace("'", "'\\''") + "'"
 
 
 def thin(lines: list[bytes], limit: int) -> list[bytes]:

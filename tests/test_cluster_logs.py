@@ -345,3 +345,39 @@ def test_the_core_api_source_follows_pods_log_and_finds_node_zeros_newest_pod(co
     (followed,) = [r for r in core_v1.requests if "/log?" in r]
     assert followed.startswith("/api/v1/namespaces/ns/pods/j-node-0-0-ccccc/log?")
     assert "follow=True" in followed and "container=node" in followed
+
+
+# ---- the compiled pipeline, its logs rotated all along ------------------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.apiserver
+@pytest.mark.filterwarnings("ignore:You may be attemping:RuntimeWarning")
+def test_the_pipeline_delivers_every_artifact_through_logs_rotated_all_along(
+    trainer_cluster, tmp_path
+):
+    from kfp import components, local
+    from test_pipeline import TINY
+
+    from pipeline.__main__ import COMPILED
+
+    # Rotation at 1 KiB, looked at every 50 ms: each stage's log is rotated while it runs.
+    trainer_cluster.kubelet.rotation = LogRotation(max_size=1024, monitor_interval_s=0.05)
+    local.init(runner=local.SubprocessRunner(use_venv=False),
+               pipeline_root=str(tmp_path / "kfp"), raise_on_error=True)  # fmt: skip
+    pipeline = components.load_component_from_file(str(COMPILED))
+    pipeline(backend="trainjob", namespace=trainer_cluster.namespace, root="/gpt", run="tiny",
+             **TINY)  # fmt: skip
+
+    train = next(run for name, run in trainer_cluster.runs.items() if name.startswith("train"))
+    assert list(train.pods[0].folder.glob("node.log.*")), "the train-gpt log was never rotated"
+    outputs = {p.parent.name: p for p in (tmp_path / "kfp").rglob("executor_output.json")}
+    metrics = json.loads(outputs["train-gpt"].read_text())["artifacts"]["metrics"]["artifacts"]
+    last = json.loads((tmp_path / "pvc/tiny/metrics/train.jsonl").read_text().splitlines()[-1])
+    assert metrics[0]["metadata"]["steps"] == 20
+    assert metrics[0]["metadata"]["train_loss"] == last["loss"]
+    assert "data:image/png;base64," in (outputs["train-gpt"].parent / "report").read_text()
+    corpus = json.loads(outputs["load-corpus"].read_text())["artifacts"]["corpus_stats"]
+    assert corpus["artifacts"][0]["metadata"]["vocab_size"] > 0
+    transcript = (outputs["generative-prompt"].parent / "transcript").read_text()
+    assert "> To be" in transcript and "> or not" in transcript
