@@ -41,6 +41,7 @@ class LogFollower:
         self._files: dict[str, bytes] = {}
         self._told: set[str] = set()
         self._ending = threading.Event()
+        self._abandoned = False
         self._thread = threading.Thread(target=self._run, daemon=True, name=f"log-{trainjob}")
 
     def start(self) -> LogFollower:
@@ -51,6 +52,7 @@ class LogFollower:
         """The TrainJob has ended: follow node 0's log to its end (at most DRAIN_S), then stop."""
         self._ending.set()
         self._thread.join(DRAIN_S)
+        self._abandoned = True  # a stream still open says nothing after the step moved on
 
     def files(self, log: str) -> dict[str, bytes]:
         """The files node 0 carried: those read whole from the followed stream, and from `log`
@@ -90,6 +92,8 @@ class LogFollower:
             ending, received = self._ending.is_set(), False
             try:
                 for line in self.source.follow(self.namespace, pod.name):
+                    if self._abandoned:
+                        return
                     received = True
                     if (shown := reader.feed(line)) is not None:
                         self.say(shown)
