@@ -25,7 +25,8 @@ JOBSET_LABEL = "jobset.sigs.k8s.io/jobset-name"
 # The node index of a pod of an Indexed Job (the Trainer's PET_NODE_RANK comes from it).
 INDEX_LABEL = "batch.kubernetes.io/job-completion-index"
 # The container every runtime of this project names (and the Trainer SDK expects).
-# The JobSet's count of restarts (all Jobs recreated), on each pod it makes.
+# The JobSet's count of restarts (all Jobs recreated), on each pod it makes (kubernetes-sigs/jobset
+# pkg/constants/constants.go RestartsKey, v0.12.0).
 RESTART_LABEL = "jobset.sigs.k8s.io/restart-attempt"
 CONTAINER = "node"
 LOG_DIR_ENV = "GPT_POD_LOG_DIR"
