@@ -25,6 +25,7 @@ from typing import Any
 
 from components.events import Events
 from components.events import from_environment as events_from_environment
+from components.logfollow import LogFollower
 from components.placement import Placement
 from components.podlogs import PodLogs, from_environment, node0_log
 from components.stagelog import LOG_TAIL_LINES, tail
@@ -152,7 +153,9 @@ class Outcome:
     name: str
     namespace: str
     log: str
-    """The node-0 pod's whole log (what the component reads artifacts from)."""
+    """The node-0 pod's current log file, read once the TrainJob ended."""
+    files: dict[str, bytes]
+    """The files node 0 carried back (components/stagelog.py), by their path in the run."""
     elapsed_s: float
 
 
@@ -201,6 +204,7 @@ def launch(
     )
     startup = _Startup(namespace, name, pods, events or events_from_environment(), start_grace,
                        start + start_grace)  # fmt: skip
+    follower = LogFollower(pods, namespace, name, say).start()
     try:
         final = _follow(api, namespace, name, obj, start + timeout, on_update, startup)
     except TrainJobStuck as e:
@@ -212,6 +216,8 @@ def launch(
             f"TrainJob {namespace}/{name} did not finish within {timeout:g} s; deleted it. "
             f"Log tail:\n{log_tail(LOG_TAIL_LINES)}"
         ) from None
+    finally:
+        follower.finish()
     elapsed = time.monotonic() - start
     if failed := conditions(final).get("Failed"):
         raise TrainJobFailed(
@@ -220,9 +226,11 @@ def launch(
             f"Log tail:\n{log_tail(LOG_TAIL_LINES)}"
         )
     log = log_tail(None)
-    say(f"TrainJob {namespace}/{name} complete after {elapsed:.0f} s. Log tail:")
-    say(tail(log))
-    return Outcome(name=name, namespace=namespace, log=log, elapsed_s=elapsed)
+    say(f"TrainJob {namespace}/{name} complete after {elapsed:.0f} s.")
+    if not follower.shown:  # the log was not followed: show its end now
+        say(f"Log tail:\n{tail(log)}")
+    files = follower.files(log)
+    return Outcome(name=name, namespace=namespace, log=log, files=files, elapsed_s=elapsed)
 
 
 @dataclass

@@ -1,49 +1,91 @@
 """Where a TrainJob's pods and their logs are read from: one small interface, two sources.
 
-The launcher reads the node-0 pod's log (the stage's output, components/stagelog.py) and the
-prompt stage names the pod to attach to. On a cluster both come from the core API
-(`CoreV1PodLogs`). The test cluster (tests/cluster/) runs next to an API server that has no core
-API group, so it writes each pod's log into a folder instead (`LogDirPodLogs`), the way a node
-keeps container logs on disk; `GPT_POD_LOG_DIR` selects that source, for the whole step process.
+The launcher follows the node-0 pod's log while the TrainJob runs (components/logfollow.py),
+reads it once more at the end (the stage's output, components/stagelog.py), and the prompt stage
+names the pod to attach to. The kubelet rotates a container's log (at 10 MiB by default): a plain
+read returns only the current file, a followed one goes on across rotations. On a cluster all
+come from the core API (`CoreV1PodLogs`). The test cluster (tests/cluster/) runs next to an API
+server that has no core API group, so it writes each pod's log into a folder instead
+(`LogDirPodLogs`), the way a node keeps container logs on disk; `GPT_POD_LOG_DIR` selects that
+source, for the whole step process.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 # The JobSet the Trainer creates for a TrainJob has the TrainJob's name; its pods carry this label.
 JOBSET_LABEL = "jobset.sigs.k8s.io/jobset-name"
 # The node index of a pod of an Indexed Job (the Trainer's PET_NODE_RANK comes from it).
 INDEX_LABEL = "batch.kubernetes.io/job-completion-index"
 # The container every runtime of this project names (and the Trainer SDK expects).
+# The JobSet's count of restarts (all Jobs recreated), on each pod it makes (kubernetes-sigs/jobset
+# pkg/constants/constants.go RestartsKey, v0.12.0).
+RESTART_LABEL = "jobset.sigs.k8s.io/restart-attempt"
 CONTAINER = "node"
 LOG_DIR_ENV = "GPT_POD_LOG_DIR"
+# How often a followed log folder is looked at when nothing new was written.
+FOLLOW_POLL_S = 0.05
+
+
+@dataclass(frozen=True)
+class PodRef:
+    """A pod of a TrainJob and the JobSet restart it belongs to."""
+
+    name: str
+    restart_attempt: int
 
 
 class PodLogs(Protocol):
     """The pods of a TrainJob and their logs."""
 
     def pods(self, namespace: str, trainjob: str) -> list[str]:
-        """Names of the TrainJob's pods, node 0 first; empty when there are none (yet)."""
+        """Names of the TrainJob's pods, node 0 first and each node's newest pod first; empty
+        when there are none (yet)."""
+        ...
+
+    def node0(self, namespace: str, trainjob: str) -> PodRef | None:
+        """The newest pod of node 0, or None."""
         ...
 
     def log(self, namespace: str, pod: str, tail_lines: int | None) -> str:
-        """The `node` container's log (its last `tail_lines` lines, or all of it)."""
+        """The `node` container's current log file (its last `tail_lines` lines, or all)."""
+        ...
+
+    def follow(self, namespace: str, pod: str) -> Iterator[str]:
+        """The `node` container's log line by line as it is written, from the start of its
+        current file, across rotations, until the container ends. Raises while it has not
+        started."""
         ...
 
 
-def _node_order(labels: dict[str, str] | None, name: str) -> tuple[int, str]:
-    index = (labels or {}).get(INDEX_LABEL, "")
-    return (int(index) if index.isdigit() else 1 << 30, name)
+def _newest_first(pods: Iterable[tuple[dict[str, str], str, float]]) -> list[PodRef]:
+    """(labels, name, creation time) sorted node 0 first, then the newest JobSet restart and
+    the newest pod (a Job's retry of a failed pod keeps the old one) of each node."""
+
+    def key(pod: tuple[dict[str, str], str, float]) -> tuple[int, int, float, str]:
+        labels, name, created = pod
+        index = labels.get(INDEX_LABEL, "")
+        return (int(index) if index.isdigit() else 1 << 30, -_attempt(labels), -created, name)
+
+    return [PodRef(name, _attempt(labels)) for labels, name, _ in sorted(pods, key=key)]
+
+
+def _attempt(labels: dict[str, str]) -> int:
+    value = labels.get(RESTART_LABEL, "")
+    return int(value) if value.isdigit() else 0
 
 
 class CoreV1PodLogs:
     """The cluster's core API: pods by label, `pods/log` of container `node`."""
 
-    def pods(self, namespace: str, trainjob: str) -> list[str]:
+    def _pods(self, namespace: str, trainjob: str) -> list[PodRef]:
         from kubernetes import client
         from kubernetes.client.rest import ApiException
 
@@ -57,8 +99,16 @@ class CoreV1PodLogs:
             if e.status in (403, 404):  # no pods permission or no core group (a CRD-only server)
                 return []
             raise
-        items = sorted(items, key=lambda p: _node_order(p.metadata.labels, p.metadata.name))
-        return [p.metadata.name for p in items]
+        return _newest_first(
+            (p.metadata.labels or {}, p.metadata.name, _timestamp(p.metadata.creation_timestamp))
+            for p in items
+        )
+
+    def pods(self, namespace: str, trainjob: str) -> list[str]:
+        return [p.name for p in self._pods(namespace, trainjob)]
+
+    def node0(self, namespace: str, trainjob: str) -> PodRef | None:
+        return next(iter(self._pods(namespace, trainjob)), None)
 
     def log(self, namespace: str, pod: str, tail_lines: int | None) -> str:
         from kubernetes import client
@@ -71,6 +121,20 @@ class CoreV1PodLogs:
         except ApiException as e:
             return f"(log of pod {pod} unavailable: {e.status} {e.reason})"
 
+    def follow(self, namespace: str, pod: str) -> Iterator[str]:
+        # The kubelet serves a followed log from its reader that reopens the file after a
+        # rotation (kubernetes pkg/kubelet/kuberuntime/logs/logs.go ReadLogs, waitLogs) and
+        # ends the stream when the container is no longer running.
+        from kubernetes import client
+
+        response = client.CoreV1Api().read_namespaced_pod_log(
+            pod, namespace, container=CONTAINER, follow=True, _preload_content=False
+        )
+        try:
+            yield from _lines(response.stream(1 << 16))
+        finally:
+            response.release_conn()
+
 
 class LogDirPodLogs:
     """Pods as folders `<root>/<namespace>/<pod>/` holding `labels.json` and `<container>.log`.
@@ -82,13 +146,20 @@ class LogDirPodLogs:
     def __init__(self, root: Path) -> None:
         self.root = root
 
-    def pods(self, namespace: str, trainjob: str) -> list[str]:
+    def _pods(self, namespace: str, trainjob: str) -> list[PodRef]:
         found = []
         for labels_json in (self.root / namespace).glob("*/labels.json"):
             labels = json.loads(labels_json.read_text())
             if labels.get(JOBSET_LABEL) == trainjob:
-                found.append(_node_order(labels, labels_json.parent.name))
-        return [name for _, name in sorted(found)]
+                # labels.json is written once, when the pod is created.
+                found.append((labels, labels_json.parent.name, labels_json.stat().st_mtime))
+        return _newest_first(found)
+
+    def pods(self, namespace: str, trainjob: str) -> list[str]:
+        return [p.name for p in self._pods(namespace, trainjob)]
+
+    def node0(self, namespace: str, trainjob: str) -> PodRef | None:
+        return next(iter(self._pods(namespace, trainjob)), None)
 
     def log(self, namespace: str, pod: str, tail_lines: int | None) -> str:
         path = self.root / namespace / pod / f"{CONTAINER}.log"
@@ -99,6 +170,60 @@ class LogDirPodLogs:
         if tail_lines is None:
             return text
         return "".join(text.splitlines(keepends=True)[-tail_lines:])
+
+    def follow(self, namespace: str, pod: str) -> Iterator[str]:
+        """As the kubelet's reader (kubernetes pkg/kubelet/kuberuntime/logs/logs.go ReadLogs,
+        waitLogs): at the end of the open file, a container that has ended (`node.exit`, or
+        the pod gone) ends the stream after one more read; a file rotated away is read to its
+        end, then the new file at the log's path is opened; else wait and read again."""
+        folder = self.root / namespace / pod
+        yield from _lines(_chunks(folder, folder / f"{CONTAINER}.log"))
+
+
+def _chunks(folder: Path, path: Path) -> Iterator[bytes]:
+    """LogDirPodLogs.follow's reads of the log at `path`, the open file swapped at rotations."""
+    f = open(path, "rb")  # noqa: SIM115
+    ended = False
+    try:
+        while True:
+            chunk = f.read(1 << 16)
+            if chunk:
+                yield chunk
+                continue
+            if ended:
+                return
+            ended = (folder / f"{CONTAINER}.exit").exists() or not folder.exists()
+            if ended:
+                continue
+            try:
+                rotated = os.stat(path).st_ino != os.fstat(f.fileno()).st_ino
+            except FileNotFoundError:  # renamed away, not reopened yet
+                rotated = False
+            if rotated:
+                # The runtime writes to the old file until it reopens, and the new file
+                # exists only after that: one more read of the old one misses nothing.
+                yield f.read()
+                f.close()
+                f = open(path, "rb")  # noqa: SIM115
+                continue
+            time.sleep(FOLLOW_POLL_S)
+    finally:
+        f.close()
+
+
+def _lines(chunks: Iterable[bytes]) -> Iterator[str]:
+    """Lines of a byte stream, decoded; a last line without its newline too."""
+    pending = b""
+    for chunk in chunks:
+        *lines, pending = (pending + chunk).split(b"\n")
+        for line in lines:
+            yield line.decode(errors="replace")
+    if pending:
+        yield pending.decode(errors="replace")
+
+
+def _timestamp(when: Any) -> float:
+    return when.timestamp() if when is not None else 0.0
 
 
 def from_environment() -> PodLogs:

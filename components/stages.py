@@ -106,7 +106,7 @@ def run_stage(
         return {str(p.relative_to(rundir.path)): p.read_bytes() for p in found if p.is_file()}
 
     from components import launcher
-    from components.stagelog import emit_script, files_from_log
+    from components.stagelog import emit_script
 
     # torchrun takes --nnodes, --nproc_per_node, --node_rank, --master_addr/port from the PET_*
     # variables the Trainer's torch policy sets from numNodes and numProcPerNode.
@@ -121,7 +121,7 @@ def run_stage(
         placement=placement,
     )
     outcome = launcher.launch(spec, namespace, values["run"], on_update=on_update, say=say)
-    files = files_from_log(outcome.log)
+    files = outcome.files
     missing = [rel for rel in rels if rel not in files]
     if missing:
         say(f"note: not found in the log of {outcome.name}: {', '.join(missing)}")

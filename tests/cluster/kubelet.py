@@ -13,13 +13,17 @@ What a pod gets here, and how that stands in for a node:
   (PET_MASTER_ADDR) resolves to 127.0.0.1, and the JobSet's port (PET_MASTER_PORT, 29500 in
   every pod on a cluster) is mapped to a free port of its own, so two TrainJobs (or two test
   sessions on one machine) never meet on 29500;
-- the log: stdout and stderr into `<logs>/<namespace>/<pod>/node.log`, the pod's labels beside
-  it (components/podlogs.py's `LogDirPodLogs` reads them), moved to `<logs>/.deleted/` when the
-  pod is deleted.
+- the log: stdout and stderr, line by line, into `<logs>/<namespace>/<pod>/node.log` (the
+  container runtime's part, `ContainerLog`), rotated as the kubelet rotates it (`LogRotation`,
+  `Kubelet._rotate`), `node.exit` holding the exit code once the container ended, the pod's
+  labels beside them (components/podlogs.py's `LogDirPodLogs` reads them), all moved to
+  `<logs>/.deleted/` when the pod is deleted. The lines are kept raw, not in the CRI format
+  (`<time> <stream> <P|F> <line>`), which the kubelet strips again when it serves `pods/log`.
 """
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import re
@@ -28,6 +32,8 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -48,6 +54,52 @@ def pod_name(jobset: str, index: int) -> str:
     return f"{jobset}-{NODE}-0-{index}-{suffix}"
 
 
+@dataclass(frozen=True)
+class LogRotation:
+    """The kubelet's container log rotation policy: kubernetes
+    pkg/kubelet/apis/config/v1beta1/defaults.go (SetDefaults_KubeletConfiguration), applied by
+    pkg/kubelet/logs/container_log_manager.go."""
+
+    max_size: int = 10 * 1024 * 1024
+    """containerLogMaxSize, default "10Mi": a running container's log this big is rotated."""
+    max_files: int = 5
+    """containerLogMaxFiles, default 5: the current file and the rotated ones together."""
+    monitor_interval_s: float = 0.2
+    """containerLogMonitorInterval is 10 s by default; checking more often here rotates sooner,
+    never later, so a reader of the log meets at least what a cluster does, in test time."""
+
+
+class ContainerLog(threading.Thread):
+    """The container runtime's side of the log (containerd's CRI logger): the container's stdout
+    and stderr, one pipe, written line by line to `path`; `reopen` is CRI ReopenContainerLog, a
+    new file at `path` after the kubelet renamed the old one. `node.exit` is written beside it
+    once the container has ended and its output is all in the file."""
+
+    # containerd's max_container_log_line_size: a longer line is written in parts.
+    LINE_MAX = 16 * 1024
+
+    def __init__(self, proc: subprocess.Popen, path: Path):
+        super().__init__(daemon=True, name=f"log-{path.parent.name}")
+        self.proc, self.path = proc, path
+        self.lock = threading.Lock()
+        self.file = open(path, "ab")  # noqa: SIM115  (open for the container's whole life)
+
+    def run(self) -> None:
+        for line in iter(lambda: self.proc.stdout.readline(self.LINE_MAX), b""):
+            with self.lock:
+                self.file.write(line)
+                self.file.flush()
+        with self.lock:
+            self.file.close()
+        self.path.with_suffix(".exit").write_text(str(self.proc.wait()))
+
+    def reopen(self) -> None:
+        with self.lock:
+            if not self.file.closed:
+                self.file.close()
+                self.file = open(self.path, "ab")  # noqa: SIM115
+
+
 @dataclass
 class Pod:
     name: str
@@ -59,18 +111,30 @@ class Pod:
     """The command line as it runs here (mount paths rewritten)."""
     folder: Path
     proc: subprocess.Popen
+    container_log: ContainerLog
     deleted: bool = False
 
     @property
     def log(self) -> str:
+        """The current log file (what `pods/log` returns), not the rotated ones."""
         return (self.folder / f"{NODE}.log").read_text(errors="replace")
 
 
 class Kubelet:
-    """Starts and deletes the pods of the test cluster's JobSets."""
+    """Starts and deletes the pods of the test cluster's JobSets, and rotates their logs."""
 
-    def __init__(self, logs: Path, claims: dict[str, Path], node_env: dict[str, str]):
+    def __init__(
+        self,
+        logs: Path,
+        claims: dict[str, Path],
+        node_env: dict[str, str],
+        rotation: LogRotation = LogRotation(),
+    ):
         self.logs, self.claims, self.node_env = logs, claims, node_env
+        self.rotation = rotation
+        self._pods: list[Pod] = []
+        self._lock = threading.Lock()
+        self._rotator: threading.Thread | None = None
 
     def _mounts(self, plan: Rendered) -> dict[str, Path]:
         volumes = {v["name"]: v for v in plan.pod_spec.get("volumes") or []}
@@ -115,14 +179,36 @@ class Kubelet:
         (folder / "pod.json").write_text(json.dumps({"env": env, "argv": argv}, indent=1))
         work = folder / "cwd"
         work.mkdir()
-        with open(folder / f"{NODE}.log", "wb") as log:
-            proc = subprocess.Popen(
-                argv, env=local, cwd=work, stdout=log, stderr=subprocess.STDOUT,
-                # A container with `stdin: true` has it open; nobody writes unless attached.
-                stdin=subprocess.PIPE if plan.container.get("stdin") else subprocess.DEVNULL,
-                start_new_session=True,  # the pod's processes are one group: one kill ends all
-            )  # fmt: skip
-        return Pod(name, index, attempt, env, argv, folder, proc)
+        proc = subprocess.Popen(
+            argv, env=local, cwd=work, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            # A container with `stdin: true` has it open; nobody writes unless attached.
+            stdin=subprocess.PIPE if plan.container.get("stdin") else subprocess.DEVNULL,
+            start_new_session=True,  # the pod's processes are one group: one kill ends all
+        )  # fmt: skip
+        container_log = ContainerLog(proc, folder / f"{NODE}.log")
+        container_log.start()
+        pod = Pod(name, index, attempt, env, argv, folder, proc, container_log)
+        with self._lock:
+            self._pods.append(pod)
+            if self._rotator is None:
+                self._rotator = threading.Thread(target=self._rotate, daemon=True,
+                                                 name="kubelet-log-rotation")  # fmt: skip
+                self._rotator.start()
+        return pod
+
+    def _rotate(self) -> None:
+        """kubernetes pkg/kubelet/logs/container_log_manager.go rotateLogs: every monitor
+        interval, each running container whose log is at least containerLogMaxSize is rotated;
+        a container that ended never is. Runs while any pod of this kubelet runs."""
+        while True:
+            time.sleep(self.rotation.monitor_interval_s)
+            with self._lock:
+                running = [p for p in self._pods if p.proc.poll() is None and not p.deleted]
+                if not running:
+                    self._rotator = None
+                    return
+                for pod in running:
+                    _rotate_log(pod.container_log, self.rotation)
 
     def kill(self, pod: Pod, sig: int = signal.SIGKILL) -> None:
         """Signal every process of the pod (a lost node: SIGKILL)."""
@@ -148,10 +234,42 @@ class Kubelet:
         if pod.deleted:
             return
         self.stop(pod)
+        pod.container_log.join(10)  # its output all in the file, node.exit written
         gone = self.logs / ".deleted" / pod.folder.parent.name
         gone.mkdir(parents=True, exist_ok=True)
-        shutil.move(pod.folder, gone / pod.name)
-        pod.folder, pod.deleted = gone / pod.name, True
+        with self._lock:
+            shutil.move(pod.folder, gone / pod.name)
+            pod.folder, pod.deleted = gone / pod.name, True
+
+
+def _rotate_log(log: ContainerLog, policy: LogRotation) -> None:
+    """container_log_manager.go processContainer and rotateLog, step by step: reopen a missing
+    log; below max size, nothing; else drop unused rotated files (`.tmp`, or already gzipped),
+    remove the oldest beyond max_files - 2, gzip the rotated ones, rename the current file to
+    `<log>.<YYYYmmdd-HHMMSS>` (rotateLatestLog) and reopen the container's log."""
+    path = log.path
+    try:
+        if path.stat().st_size < policy.max_size:
+            return
+    except FileNotFoundError:
+        log.reopen()
+        return
+    rotated = sorted(str(p) for p in path.parent.glob(f"{path.name}.*"))
+    unused = [p for p in rotated if p.endswith(".tmp") or f"{p}.gz" in rotated]
+    for p in unused:
+        os.remove(p)
+    inuse = [p for p in rotated if p not in unused]
+    excess = max(0, len(inuse) - max(policy.max_files - 2, 0))
+    for p in inuse[:excess]:  # oldest first, "so as not to break ongoing `kubectl logs`"
+        os.remove(p)
+    for p in inuse[excess:]:
+        if not p.endswith(".gz"):
+            with open(p, "rb") as src, gzip.open(f"{p}.tmp", "wb") as dst:
+                shutil.copyfileobj(src, dst)
+            os.rename(f"{p}.tmp", f"{p}.gz")
+            os.remove(p)
+    path.rename(f"{path}.{time.strftime('%Y%m%d-%H%M%S')}")
+    log.reopen()
 
 
 def _env_value(var: dict[str, Any], meta: dict[str, Any]) -> str:
