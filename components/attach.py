@@ -9,7 +9,6 @@ from components.podlogs import CONTAINER, JOBSET_LABEL, PodLogs, from_environmen
 
 
 def attach_hint(
-    namespace: str,
     say: Callable[[str], None] = print,
     pods: PodLogs | None = None,
 ) -> Callable[[dict[str, Any]], None]:
@@ -22,7 +21,7 @@ def attach_hint(
     source = pods or from_environment()
 
     def update(obj: dict[str, Any]) -> None:
-        name = obj["metadata"]["name"]
+        name, namespace = obj["metadata"]["name"], obj["metadata"]["namespace"]
         if "label" not in told:
             told.add("label")
             say(

@@ -20,7 +20,7 @@ def generative_prompt(
     root: str = "/gpt",
     backend: str = "trainjob",
     workload_image: str = "",
-    namespace: str = "training",
+    namespace: str = "",
     timeout: float = 3600,
 ):
     """Run `python -m gpt generative-prompt` (in a TrainJob on runtime gpt-generative-prompt, or
@@ -41,7 +41,7 @@ def generative_prompt(
         root: Directory of run directories: /gpt (the PVC) for trainjob, any folder for local.
         backend: trainjob (a Kubeflow Trainer TrainJob) or local (a process here; stdin closed).
         workload_image: Image the TrainJob runs (the pipeline sets it from images.env).
-        namespace: Namespace of the TrainJob.
+        namespace: Namespace of the TrainJob; empty: the step's own (its pod's namespace).
         timeout: Seconds before the TrainJob is deleted and the step fails (keep it above
             idle_timeout).
     """
@@ -69,7 +69,7 @@ def generative_prompt(
         backend=backend,
         image=workload_image,
         namespace=namespace,
-        on_update=attach_hint(namespace) if interactive else None,
+        on_update=attach_hint() if interactive else None,
     )
     with open(transcript.path, "w") as f:
         f.write(transcript_markdown(run, files))

@@ -20,14 +20,16 @@ def load_corpus(
     root: str = "/gpt",
     backend: str = "trainjob",
     workload_image: str = "",
-    namespace: str = "training",
+    namespace: str = "",
     timeout: float = 1800,
 ) -> str:
     """Run `python -m gpt load-corpus` (in a TrainJob on runtime gpt-load-corpus, or locally).
 
     Args:
         run: Run directory name under root; empty: the KFP run id (`kfp_run_id`).
-        kfp_run_id: The pipeline passes its run id here (dsl.PIPELINE_JOB_ID_PLACEHOLDER).
+        kfp_run_id: The pipeline passes its run id here (dsl.PIPELINE_JOB_ID_PLACEHOLDER); a KFP
+            backend before 2.5 passes it unresolved, and then the step pod's `pipeline/runid`
+            label stands in (components/step_context.py).
         source: URL, file or directory of .txt files, or 'default' (the embedded corpus).
         tokenizer: gpt2 or char.
         compact: gpt2 only: keep just the tokens the corpus uses.
@@ -37,7 +39,7 @@ def load_corpus(
         root: Directory of run directories: /gpt (the PVC) for trainjob, any folder for local.
         backend: trainjob (a Kubeflow Trainer TrainJob) or local (a process here).
         workload_image: Image the TrainJob runs (the pipeline sets it from images.env).
-        namespace: Namespace of the TrainJob.
+        namespace: Namespace of the TrainJob; empty: the step's own (its pod's namespace).
         timeout: Seconds before the TrainJob is deleted and the step fails.
 
     Returns:
@@ -46,8 +48,9 @@ def load_corpus(
     from components.artifacts import corpus_metrics
     from components.placement import Placement
     from components.stages import run_stage
+    from components.step_context import run_id
 
-    run = run or kfp_run_id
+    run = run or run_id(kfp_run_id)
     files = run_stage(
         "load-corpus",
         dict(

@@ -15,6 +15,7 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from components import step_context
 from components.placement import Placement
 from gpt.cli import parse_config
 from gpt.rundir import RunDir
@@ -84,7 +85,7 @@ def run_stage(
     *,
     backend: str,
     image: str = "",
-    namespace: str = "training",
+    namespace: str = "",
     on_update: Callable[[dict[str, Any]], None] | None = None,
     say: Callable[[str], None] = print,
 ) -> dict[str, bytes]:
@@ -92,9 +93,12 @@ def run_stage(
 
     `image` is the workload image the TrainJob runs (backend "trainjob"): the pipeline fixes it
     when it compiles (from images.env), so a step never guesses it from where it runs.
+    `namespace` is where the TrainJob goes; empty: the step's own (components/step_context.py).
     Returns the stage's output files that exist, by their path inside the run directory.
     """
     stage = STAGES[name]
+    if backend == "trainjob":
+        namespace = step_context.namespace(namespace)
     args = validate(stage, values, placement, backend=backend, image=image, namespace=namespace)
     rundir = RunDir.of(values["root"], values["run"])
     rels = [out.rel for out in stage.outputs]

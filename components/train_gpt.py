@@ -32,7 +32,7 @@ def train_gpt(
     root: str = "/gpt",
     backend: str = "trainjob",
     workload_image: str = "",
-    namespace: str = "training",
+    namespace: str = "",
     timeout: float = 86400,
 ) -> str:
     """Run `torchrun -m gpt -- train-gpt` (in a TrainJob on runtime gpt-train-gpt, or locally).
@@ -60,7 +60,7 @@ def train_gpt(
         root: Directory of run directories: /gpt (the PVC) for trainjob, any folder for local.
         backend: trainjob (a Kubeflow Trainer TrainJob) or local (a process here).
         workload_image: Image the TrainJob runs (the pipeline sets it from images.env).
-        namespace: Namespace of the TrainJob.
+        namespace: Namespace of the TrainJob; empty: the step's own (its pod's namespace).
         timeout: Seconds before the TrainJob is deleted and the step fails.
 
     Returns:

@@ -6,11 +6,12 @@ step hands the next. Parameters carry the CLI's names (one name per knob) and it
 where the pipeline chooses otherwise (block_size: one value for corpus and training alike).
 """
 
-from kfp import dsl
+from kfp import dsl, kubernetes
 
 from components.generative_prompt import generative_prompt
 from components.images import workload_image as images_env_workload_image
 from components.load_corpus import load_corpus
+from components.step_context import NAMESPACE_ENV, RUN_ID_ENV, RUN_ID_LABEL
 from components.train_gpt import train_gpt
 
 NAME = "gpt-trainjobs"
@@ -58,7 +59,7 @@ def gpt_trainjobs_pipeline(
     prompt_timeout: float = 3600,
     # where it runs
     backend: str = "trainjob",
-    namespace: str = "training",
+    namespace: str = "",
     root: str = "/gpt",
     run: str = "",
     # fixed when the pipeline compiles (images.env, or IMAGE_REGISTRY/IMAGE_TAG); a run may
@@ -100,7 +101,8 @@ def gpt_trainjobs_pipeline(
         idle_timeout: The interactive session ends after this many idle seconds; 0: never.
         prompt_timeout: Seconds before the prompt TrainJob is deleted (keep it above idle_timeout).
         backend: trainjob (Kubeflow Trainer TrainJobs) or local (processes on this machine).
-        namespace: Namespace of the TrainJobs (where PVC gpt-pvc lives).
+        namespace: Namespace of the TrainJobs and PVC gpt-pvc; empty: the steps' own (kubeflow on
+            standalone KFP, the profile namespace on multi-user Kubeflow).
         root: Directory of run directories: /gpt (the PVC) for trainjob, a folder for local.
         run: Run directory name; empty: the KFP run id.
         workload_image: Image the TrainJobs run (the gpt package and PyTorch).
@@ -152,6 +154,10 @@ def gpt_trainjobs_pipeline(
         timeout=prompt_timeout,
         **common,
     )
-    # Every step creates a TrainJob and writes the PVC: a cached step would skip both.
     for task in (corpus, train, chat):
+        # Every step creates a TrainJob and writes the PVC: a cached step would skip both.
         task.set_caching_options(False)
+        # The step's own namespace, and its run id where a KFP backend before 2.5 leaves
+        # PIPELINE_JOB_ID_PLACEHOLDER unresolved: from its pod, through the downward API.
+        kubernetes.use_field_path_as_env(task, NAMESPACE_ENV, "metadata.namespace")
+        kubernetes.use_field_path_as_env(task, RUN_ID_ENV, f"metadata.labels['{RUN_ID_LABEL}']")

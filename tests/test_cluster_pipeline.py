@@ -7,33 +7,48 @@ from __future__ import annotations
 import json
 
 import pytest
+from cluster.kfp_step import step_env, unresolved_run_id
 from test_pipeline import TINY  # the same tiny run as the local backend's end-to-end test
 
 from pipeline.__main__ import COMPILED
+
+RUN_ID = "6f1c2a9e-3b7d-4c1e-9a2f-0d4e5b6c7a8b"  # a KFP run id
 
 
 @pytest.mark.slow
 @pytest.mark.apiserver
 # kfp.local warns that the steps' image is not this Python; running them here is the point.
 @pytest.mark.filterwarnings("ignore:You may be attemping:RuntimeWarning")
-def test_the_compiled_pipeline_completes_on_the_test_cluster(trainer_cluster, tmp_path):
+def test_the_compiled_pipeline_completes_on_the_test_cluster(trainer_cluster, tmp_path,
+                                                             monkeypatch):  # fmt: skip
+    """With the pipeline's own defaults for `run` and `namespace` (both empty), on a KFP backend
+    that leaves the run-id placeholder unresolved (before 2.5.0), in a namespace that is not
+    `training`: the run is the KFP run id, everything lives in the steps' own namespace."""
     from kfp import components, local
 
+    ns = trainer_cluster.namespace
+    assert ns != "training"
+    for name, value in step_env(COMPILED, ns, RUN_ID).items():
+        monkeypatch.setenv(name, value)
     local.init(runner=local.SubprocessRunner(use_venv=False),
                pipeline_root=str(tmp_path / "kfp"), raise_on_error=True)  # fmt: skip
     pipeline = components.load_component_from_file(str(COMPILED))
-    pipeline(backend="trainjob", namespace=trainer_cluster.namespace, root="/gpt", run="tiny",
-             **TINY)  # fmt: skip
+    with unresolved_run_id():
+        pipeline(backend="trainjob", root="/gpt", **TINY)
 
-    # Three TrainJobs, one per stage, each on its own runtime, each Complete.
+    # Three TrainJobs in the steps' namespace, one per stage and runtime, labelled with the
+    # run, each Complete.
     runs = trainer_cluster.runs
-    stages = sorted(name.rsplit("-tiny-", 1)[0] for name in runs)
-    assert stages == ["generative-prompt", "load-corpus", "train-gpt"]
+    labels = [r.trainjob["metadata"]["labels"] for r in runs.values()]
+    assert sorted(lab["gpt-trainjobs/stage"] for lab in labels) == sorted(
+        ["generative-prompt", "load-corpus", "train-gpt"])
+    assert {lab["pipeline/runid"] for lab in labels} == {RUN_ID}
     for name, run in runs.items():
+        assert run.trainjob["metadata"]["namespace"] == ns
         assert run.error is None and len(run.pods) == 1, name
         assert run.pods[0].proc.returncode == 0, run.pods[0].log
     # The stages wrote the PVC (mounted at /gpt in the pods, this folder here).
-    rundir = tmp_path / "pvc" / "tiny"
+    rundir = tmp_path / "pvc" / RUN_ID
     for rel in ("data/meta.json", "model/model.safetensors", "metrics/train.jsonl",
                 "prompt/transcript.jsonl"):  # fmt: skip
         assert (rundir / rel).is_file(), rel

@@ -45,7 +45,7 @@ def compile_fresh(tmp_path: Path) -> Path:
 
 
 def test_compiles_to_three_chained_uncached_steps(tmp_path):
-    spec = yaml.safe_load(compile_fresh(tmp_path).read_text())
+    spec, platform = yaml.safe_load_all(compile_fresh(tmp_path).read_text())
     tasks = spec["root"]["dag"]["tasks"]
     assert sorted(tasks) == sorted(STEPS)
     # The run directory's name flows from step to step (a data dependency, not just an order).
@@ -56,6 +56,14 @@ def test_compiles_to_three_chained_uncached_steps(tmp_path):
     assert corpus_id["runtimeValue"]["constant"] == "{{$.pipeline_job_uuid}}"
     for t in STEPS:  # a cached step would create no TrainJob
         assert not tasks[t].get("cachingOptions", {}).get("enableCache", False)
+    # Each step learns its namespace and its run's id from its own pod (the downward API), on
+    # every KFP 2.x backend: components/step_context.py.
+    executors = platform["platforms"]["kubernetes"]["deploymentSpec"]["executors"]
+    for t in STEPS:
+        executor = tasks[t]["componentRef"]["name"].replace("comp-", "exec-")
+        env = {e["name"]: e["fieldPath"] for e in executors[executor]["fieldPathAsEnv"]}
+        assert env == {"GPT_STEP_NAMESPACE": "metadata.namespace",
+                       "GPT_KFP_RUN_ID": "metadata.labels['pipeline/runid']"}, t  # fmt: skip
     params = spec["root"]["inputDefinitions"]["parameters"]
     for knob in ("source", "tokenizer", "n_layer", "n_embd", "max_iters", "time_budget",
                  "num_nodes", "num_proc_per_node", "temperature", "top_k", "top_p", "prompt",
@@ -111,12 +119,14 @@ def test_parameters_share_the_cli_names_and_defaults(func):
          "num_nodes 2: the local backend runs on this one machine"),
         (lambda r: train_gpt.python_func(run="r", backend="cloud", root=r, **ART),
          "backend 'cloud': must be one of trainjob, local"),
-        (lambda r: train_gpt.python_func(run="r", root=r, **ART),
+        (lambda r: train_gpt.python_func(run="r", root=r, namespace="ns", **ART),
          "the trainjob backend keeps runs on PVC gpt-pvc"),
+        (lambda r: train_gpt.python_func(run="r", root="/gpt", workload_image="img", **ART),
+         "namespace: empty, and this step runs outside a pod"),
         (lambda r: train_gpt.python_func(run="r", namespace="Bad_NS", root="/gpt",
                                          workload_image="img", **ART),
          "namespace 'Bad_NS': not a valid Kubernetes namespace name"),
-        (lambda r: train_gpt.python_func(run="r", root="/gpt", **ART),
+        (lambda r: train_gpt.python_func(run="r", root="/gpt", namespace="ns", **ART),
          "workload_image: empty"),
         (lambda r: load_corpus.python_func(run="r", tokenizer="bpe", backend="local", root=r,
                                            corpus_stats=None),
@@ -127,8 +137,8 @@ def test_parameters_share_the_cli_names_and_defaults(func):
                                                  transcript=None),
          "--top_p"),
     ],
-    ids=["config-check", "local-nodes", "backend", "root", "namespace", "no-image", "choice", "run",
-         "top_p"],
+    ids=["config-check", "local-nodes", "backend", "root", "no-namespace", "namespace", "no-image",
+         "choice", "run", "top_p"],
 )  # fmt: skip
 def test_bad_input_stops_a_step_before_anything_starts(call, message, tmp_path):
     root = tmp_path / "root"
