@@ -8,6 +8,7 @@ running the TrainJob's own command (its file-printing shell) over a prepared run
 from __future__ import annotations
 
 import json
+import re
 import shlex
 import subprocess
 from pathlib import Path
@@ -49,6 +50,11 @@ def test_the_three_runtimes_follow_the_sdk_shape_and_share_the_pvc():
         (container,) = pod["containers"]
         assert container["name"] == podlogs.CONTAINER
         assert pod["securityContext"]["runAsNonRoot"] is True and pod["securityContext"]["fsGroup"]
+        # Not a re-chown of the whole PVC at every pod start.
+        assert pod["securityContext"]["fsGroupChangePolicy"] == "OnRootMismatch"
+        # A profile namespace's Istio sidecar would keep the Job's pod from ever completing.
+        pod_labels = job["template"]["spec"]["template"]["metadata"]["labels"]
+        assert pod_labels["sidecar.istio.io/inject"] == "false"
         assert container["resources"]["requests"]
         volumes = {v["name"]: v for v in pod["volumes"]}
         mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
@@ -175,7 +181,7 @@ def test_each_component_creates_an_accepted_trainjob_and_reports_back(
     # What the API server accepted: runtimeRef + trainer only, the workload image, the stage's
     # command with its flags named as in the CLI.
     job = ctl.created
-    assert job["metadata"]["name"].startswith(stage + "-run-1-")
+    assert re.fullmatch(f"{stage}-[0-9a-f]{{8}}", job["metadata"]["name"])
     assert job["metadata"]["labels"][launcher.RUN_LABEL] == "run-1"
     defaulted = {"managedBy", "suspend"}  # the CRD's defaults, not ours
     assert set(job["spec"]) - defaulted == {"runtimeRef", "trainer"}
@@ -218,8 +224,8 @@ def test_attach_hint_names_the_pod_once_an_update_finds_it():
         def pods(self, ns, trainjob):
             return list(pods)
 
-    hint = attach_hint("training", said.append, Pods())
-    job = {"metadata": {"name": "generative-prompt-r-abc123"}}
+    hint = attach_hint(said.append, Pods())
+    job = {"metadata": {"name": "generative-prompt-r-abc123", "namespace": "training"}}
     hint(job)
     assert len(said) == 1 and "get pod -l jobset.sigs.k8s.io/jobset-name=" in said[0]
     pods.append("generative-prompt-r-abc123-node-0-0-xyz")
