@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import re
 import threading
+import time
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -27,9 +28,11 @@ from urllib.parse import parse_qs, urlparse
 
 import pytest
 from cluster import runtimes
+from cluster.events import EVENTS_DIR
+from cluster.jobset_webhook import POD_NAME_TOO_LONG
 from cluster.render import NODE, render
 
-from components.launcher import GROUP, PLURAL, VERSION
+from components.launcher import GROUP, PLURAL, VERSION, TrainJobSpec, build_trainjob
 from components.placement import Placement
 from components.stages import run_stage
 
@@ -116,6 +119,32 @@ def test_trainer_client_reads_a_trainjob_the_launcher_ran_and_its_status(
                "container=node" in r for r in core.requests)  # fmt: skip
 
 
+def test_a_trainjob_whose_jobset_is_refused_stays_created_and_only_its_events_say_why(
+    trainer_cluster, apiserver
+):
+    """What the SDK shows of the TrainJob 12ee68a made of a KFP run (a name JobSet refuses):
+    no condition ever, so `Created` for good; `wait_for_job_status` would wait its whole
+    timeout. Only `get_job_events` says why (the launcher's START_GRACE_S acts on that)."""
+    ns = trainer_cluster.namespace
+    # 12ee68a's `<stage>-<run>-<6 hex>` for a KFP run id: 53 characters, 68 for its pod names.
+    name = f"train-gpt-{'0' * 8}-{'0' * 4}-{'0' * 4}-{'0' * 4}-{'0' * 12}-abc123"
+    spec = TrainJobSpec(stage="train-gpt", runtime="gpt-train-gpt", image="i", command=["true"])
+    trainer_cluster.api.create_namespaced_custom_object(
+        GROUP, VERSION, ns, PLURAL, build_trainjob(spec, name, ns, "r"))
+    sdk = trainer_client(apiserver, ns)
+    sdk.backend.core_api = CoreV1Pods(trainer_cluster).api()
+    events = []
+    for _ in range(100):  # the test's own wait for the Trainer's first Event
+        if events := sdk.get_job_events(name):
+            break
+        time.sleep(0.1)
+    job = sdk.get_job(name)
+    assert (job.status, job.steps) == ("Created", [])
+    assert {(e.involved_object_kind, e.involved_object_name, e.reason) for e in events} == {
+        ("TrainJob", name, "TrainJobResourcesCreationFailed")}
+    assert POD_NAME_TOO_LONG in events[0].message
+
+
 def test_without_the_core_api_get_job_fails_on_the_pods_it_lists(trainer_cluster, apiserver):
     """What cannot be shown on the test server alone: every read of a TrainJob lists its pods."""
     from kubernetes.client.rest import ApiException
@@ -138,13 +167,14 @@ def test_without_the_core_api_get_job_fails_on_the_pods_it_lists(trainer_cluster
 
 
 class CoreV1Pods(ThreadingHTTPServer):
-    """The test cluster's pods as core/v1 serves them: `GET pods?labelSelector=` (equality and
-    `in` requirements, k8s.io/apimachinery pkg/labels/selector.go) and `GET pods/<pod>/log`
-    (the current file; a follow of an ended container returns it and closes, as the kubelet
-    does). A pod is what its JobSet and the kubelet made: the labels kubelet.py gives it, the
-    spec the Trainer renders from the stored TrainJob and runtime (cluster/render.py), the
-    container's env as the pod got it, phase Running until its container exits (then
-    Succeeded or Failed). Everything else is 404, as on the test API server."""
+    """The test cluster's pods and Events as core/v1 serves them: `GET pods?labelSelector=`
+    (equality and `in` requirements, k8s.io/apimachinery pkg/labels/selector.go), `GET
+    pods/<pod>/log` (the current file; a follow of an ended container returns it and closes, as
+    the kubelet does) and `GET events` (cluster/events.py's files). A pod is what its JobSet
+    and the kubelet made: the labels kubelet.py gives it, the spec the Trainer renders from the
+    stored TrainJob and runtime (cluster/render.py), the container's env as the pod got it,
+    phase Running until its container exits (then Succeeded or Failed). Everything else is
+    404, as on the test API server."""
 
     def __init__(self, cluster):
         self.cluster, self.requests = cluster, []
@@ -209,6 +239,11 @@ class _Handler(BaseHTTPRequestHandler):
             items = self.server.pods(m[1], query.get("labelSelector", ""))
             return self._send(200, "application/json", json.dumps(
                 {"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": items}))
+        if m := re.fullmatch(r"/api/v1/namespaces/([^/]+)/events", url.path):
+            folder = self.server.cluster.kubelet.logs / m[1] / EVENTS_DIR
+            items = [json.loads(p.read_text()) for p in sorted(folder.glob("*.json"))]
+            return self._send(200, "application/json", json.dumps(
+                {"kind": "EventList", "apiVersion": "v1", "metadata": {}, "items": items}))
         m = re.fullmatch(r"/api/v1/namespaces/([^/]+)/pods/([^/]+)/log", url.path)
         folder = m and self.server.cluster.kubelet.logs / m[1] / m[2]
         if folder and query.get("container") == NODE and (folder / f"{NODE}.log").exists():
