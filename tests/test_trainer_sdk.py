@@ -2,17 +2,22 @@
 TrainJobs, as a user of Kubeflow Trainer would inspect them.
 
 What the SDK reads, kubeflow/trainer/backends/kubernetes/backend.py and utils.py at 0.5.0:
-- `list_runtimes` / `get_runtime`: ClusterTrainingRuntimes only (custom objects); a runtime
-  without the label `trainer.kubeflow.org/framework` is skipped with a warning, and its trainer
-  is the container `node` of the replicatedJob labelled
-  `trainer.kubeflow.org/trainjob-ancestor-step` (`get_runtime_trainer_container`);
+- `TrainerClient()`: the ConfigMap `kubeflow-system/kubeflow-trainer-public` (core API); a
+  failure is only a logged warning;
+- `list_runtimes` / `get_runtime`: TrainingRuntimes in the namespace, then
+  ClusterTrainingRuntimes (custom objects only); a runtime without the label
+  `trainer.kubeflow.org/framework` is skipped with a warning, and its trainer is the container
+  `node` of the replicatedJob labelled `trainer.kubeflow.org/trainjob-ancestor-step`
+  (utils.py `get_runtime_trainer_container`);
 - `get_job` / `list_jobs` / `wait_for_job_status`: the TrainJob (custom object), its runtime,
   then always the core API: pods by `jobset.sigs.k8s.io/jobset-name=<job>,
   jobset.sigs.k8s.io/replicatedjob-name in (...)` for its steps (`node-<completion index>`,
   container `node`); an error there fails the whole call;
-- `get_job_logs`: those pods, then `pods/log` of container `node`.
-The test API server has no core API group, so the last two are shown against `CoreV1Pods`
-below: the test cluster's pods (tests/cluster/kubelet.py) served as core/v1 would serve them.
+- `get_job_logs`: those pods, then `pods/log` of container `node`; `get_job_events`: those
+  pods, then the namespace's Events.
+The test API server has no core API group, so all but the runtimes are shown against
+`CoreV1Pods` below: the test cluster's pods and Events (tests/cluster/) served as core/v1
+would serve them; the last test shows the SDK without it.
 """
 
 from __future__ import annotations
