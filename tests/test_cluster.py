@@ -197,3 +197,26 @@ def test_a_trainjob_whose_jobset_is_refused_fails_the_step_with_the_event_and_is
     assert listed["items"] == []
     (run,) = trainer_cluster.runs.values()
     assert run.pods == []
+
+
+@pytest.mark.apiserver
+def test_a_pod_whose_namespace_lacks_the_claim_stays_pending(trainer_cluster):
+    # The claim is in `training` (where 12ee68a's manifests put it), the TrainJob in the
+    # cluster's own namespace: its pod is never scheduled, and the scheduler says why.
+    ns = trainer_cluster.namespace
+    (pvc,) = trainer_cluster.kubelet.claims.values()
+    trainer_cluster.kubelet.claims = {("training", "gpt-pvc"): pvc}
+    job = TrainJobSpec(stage="load-corpus", runtime="gpt-load-corpus", image="img:1",
+                       command=["python", "-c", "print('ran')"],
+                       placement=Placement(timeout=3))  # fmt: skip
+    with pytest.raises(launcher.TrainJobTimeout):
+        launcher.launch(job, ns, "r", say=lambda _: None)
+    (run,) = trainer_cluster.runs.values()
+    (pod,) = run.pods
+    assert "ran" not in pod.log
+    events = [json.loads(p.read_text())
+              for p in (trainer_cluster.kubelet.logs / ns / ".events").glob("*.json")]  # fmt: skip
+    assert [(e["involvedObject"]["name"], e["reason"], e["message"]) for e in events] == [
+        (pod.name, "FailedScheduling",
+         '0/1 nodes are available: persistentvolumeclaim "gpt-pvc" not found.')
+    ]  # fmt: skip

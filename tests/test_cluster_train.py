@@ -42,7 +42,7 @@ def train_on_cluster(cluster, run: str, nodes: int, procs: int, **flags) -> dict
 @pytest.fixture
 def pvc(trainer_cluster) -> Path:
     """The folder that is PVC gpt-pvc (/gpt in the pods)."""
-    return trainer_cluster.kubelet.claims["gpt-pvc"]
+    return trainer_cluster.kubelet.claims[(trainer_cluster.namespace, "gpt-pvc")]
 
 
 def flags_as_cli(flags: dict) -> list[str]:

@@ -13,11 +13,13 @@ Not emulated (a real cluster may still differ here):
 - runAsUser/fsGroup, seccomp, capabilities, resource requests and limits (no scheduling, no
   OOM kills, no GPUs), `tty` (stdin is a pipe nobody writes; no attach);
 - network isolation: pods share 127.0.0.1 (PET_MASTER_PORT is mapped to a free port);
-- mounts: a PVC is a folder reached by rewriting the mount path (kubelet.py says how);
-  ReadWriteOnce vs ReadWriteMany is not enforced; emptyDir uses this machine's path;
+- mounts: a PVC is a folder reached by rewriting the mount path (kubelet.py says how), one per
+  (namespace, name): a pod whose namespace lacks the claim stays Pending; ReadWriteOnce vs
+  ReadWriteMany is not enforced; emptyDir uses this machine's path;
 - Trainer: initializer jobs, runtimePatches/podTemplateOverrides, suspend, managedBy,
   activeDeadlineSeconds, the webhook's validation (e.g. refusing PET_* in the TrainJob's env),
-  the `Created` condition; JobSet: failurePolicy rules (only the default RestartJobSet),
+  the `Created` condition; JobSet: its webhook beyond name validation (that part is
+  cluster/jobset_webhook.py), failurePolicy rules (only the default RestartJobSet),
   successPolicy, startupPolicy, coordinator, TTL; Job: podFailurePolicy, backoffLimitPerIndex,
   exponential back-off between retries; node-lifecycle delays (a lost node's pod fails at once).
 """
@@ -50,7 +52,7 @@ def runtimes(shared: Path) -> list[dict]:
 
 @pytest.fixture
 def trainer_cluster(shared, apiserver, custom_api, tmp_path, monkeypatch) -> Iterator[Cluster]:
-    """A cluster serving a fresh namespace, PVC `gpt-pvc` = `tmp_path/pvc`; the step side's
+    """A cluster serving a fresh namespace, its PVC `gpt-pvc` = `tmp_path/pvc`; the step side's
     kube config and pod logs point at it. Stopped (its pods deleted) at the end, where an error
     of the cluster itself (not of a TrainJob) fails the test."""
     from apiserver import apply_cluster_object, namespace
@@ -58,11 +60,12 @@ def trainer_cluster(shared, apiserver, custom_api, tmp_path, monkeypatch) -> Ite
     for runtime in runtimes(shared):
         apply_cluster_object(custom_api, runtime)
     (tmp_path / "pvc").mkdir()
-    kubelet = Kubelet(tmp_path / "pods", {"gpt-pvc": tmp_path / "pvc"}, NODE_ENV)
+    ns = namespace()
+    kubelet = Kubelet(tmp_path / "pods", {(ns, "gpt-pvc"): tmp_path / "pvc"}, NODE_ENV)
     monkeypatch.setenv("KUBECONFIG", str(apiserver.kubeconfig))
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
     monkeypatch.setenv(LOG_DIR_ENV, str(kubelet.logs))
-    cluster = Cluster(custom_api, namespace(), kubelet)
+    cluster = Cluster(custom_api, ns, kubelet)
     yield cluster
     cluster.shutdown()
     assert not cluster.errors(), "the test cluster itself failed"

@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from cluster.events import EventRecorder
 from cluster.render import COMPLETION_INDEX, NODE, Rendered
 
 # kubernetes staging/src/k8s.io/apimachinery/pkg/util/rand/rand.go: generateName's alphabet.
@@ -126,26 +127,35 @@ class Kubelet:
     def __init__(
         self,
         logs: Path,
-        claims: dict[str, Path],
+        claims: dict[tuple[str, str], Path],
         node_env: dict[str, str],
         rotation: LogRotation = LogRotation(),
     ):
+        """`claims`: the bound PVCs, by (namespace, name), each a local folder."""
         self.logs, self.claims, self.node_env = logs, claims, node_env
+        self.events = EventRecorder(logs, "default-scheduler")
         self.rotation = rotation
         self._pods: list[Pod] = []
         self._lock = threading.Lock()
         self._rotator: threading.Thread | None = None
 
-    def _mounts(self, plan: Rendered) -> dict[str, Path]:
+    def _mounts(self, plan: Rendered) -> dict[str, Path] | str:
+        """Mount path -> folder of each PVC mount, or why the pod cannot be scheduled.
+
+        A claim is a namespaced object: a pod mounts the claim of that name in its own
+        namespace. kubernetes pkg/scheduler/framework/plugins/volumebinding/volume_binding.go
+        (PreFilter): a claim that does not exist there leaves the pod unschedulable,
+        `persistentvolumeclaim "<name>" not found`, and Pending until it does.
+        """
         volumes = {v["name"]: v for v in plan.pod_spec.get("volumes") or []}
         mounts = {}
         for mount in plan.container.get("volumeMounts") or []:
             claim = (volumes[mount["name"]].get("persistentVolumeClaim") or {}).get("claimName")
             if claim is None:
                 continue  # emptyDir (/dev/shm): this machine's own stands in
-            if claim not in self.claims:  # on a cluster: the pod stays Pending
-                raise KeyError(f"PVC {claim!r} not bound in the test cluster")
-            mounts[mount["mountPath"]] = self.claims[claim]
+            if (plan.namespace, claim) not in self.claims:
+                return f'0/1 nodes are available: persistentvolumeclaim "{claim}" not found.'
+            mounts[mount["mountPath"]] = self.claims[(plan.namespace, claim)]
         return mounts
 
     def start(self, plan: Rendered, index: int, attempt: int, port: int) -> Pod:
@@ -161,8 +171,13 @@ class Kubelet:
                 "annotations": {COMPLETION_INDEX: str(index)}}  # fmt: skip
         env = {e["name"]: _env_value(e, meta) for e in plan.container["env"]}
         mounts = self._mounts(plan)
-        argv = [_remap(a, mounts) for a in plan.container.get("command", []) +
-                plan.container.get("args", [])]  # fmt: skip
+        if isinstance(mounts, str):  # unschedulable: the container never starts
+            self.events.record({"metadata": meta, "apiVersion": "v1"}, "Pod", "Warning",
+                               "FailedScheduling", mounts)  # fmt: skip
+            mounts, argv = {}, [sys.executable, "-c", "import signal; signal.pause()"]
+        else:
+            argv = [_remap(a, mounts) for a in plan.container.get("command", []) +
+                    plan.container.get("args", [])]  # fmt: skip
         local = {k: _remap(v, mounts) for k, v in env.items()}
         if "PET_MASTER_ADDR" in env:  # node 0's DNS name and the JobSet's port, as mapped here
             local.update(PET_MASTER_ADDR="127.0.0.1", PET_MASTER_PORT=str(port))
