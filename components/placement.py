@@ -13,8 +13,9 @@ class Placement:
 
     num_nodes: int = 1
     """Nodes (TrainJob numNodes); the local backend has one."""
-    num_proc_per_node: int = 1
-    """Processes per node (TrainJob numProcPerNode; torchrun when > 1)."""
+    num_proc_per_node: int = 0
+    """Processes per node (TrainJob numProcPerNode; torchrun when > 1); 0: one per GPU, else 1.
+    (0 stands for unset: a KFP parameter cannot be None.)"""
     gpus_per_node: int = 0
     """NVIDIA GPUs to request per node (TrainJob resourcesPerNode); 0: the runtime's resources."""
     timeout: float = 3600
@@ -23,10 +24,18 @@ class Placement:
     def __post_init__(self) -> None:
         if self.num_nodes < 1:
             raise ValueError(f"num_nodes {self.num_nodes}: must be at least 1")
-        if self.num_proc_per_node < 1:
-            raise ValueError(f"num_proc_per_node {self.num_proc_per_node}: must be at least 1")
         if self.gpus_per_node < 0:
             raise ValueError(f"gpus_per_node {self.gpus_per_node}: must be >= 0")
+        if self.num_proc_per_node < 0:
+            raise ValueError(f"num_proc_per_node {self.num_proc_per_node}: must be >= 0")
+        if self.num_proc_per_node == 0:
+            object.__setattr__(self, "num_proc_per_node", self.gpus_per_node or 1)
+        if self.gpus_per_node and self.num_proc_per_node > self.gpus_per_node:
+            # NCCL refuses two ranks on one GPU ("Duplicate GPU detected").
+            raise ValueError(
+                f"num_proc_per_node {self.num_proc_per_node}: more processes than the "
+                f"{self.gpus_per_node} GPU(s) per node; run one process per GPU (0 does)"
+            )
         if not self.timeout > 0:
             raise ValueError(f"timeout {self.timeout}: must be a positive number of seconds")
 

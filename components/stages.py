@@ -110,6 +110,7 @@ def run_stage(
         return {str(p.relative_to(rundir.path)): p.read_bytes() for p in found if p.is_file()}
 
     from components import launcher
+    from components.claims import check_multi_node
     from components.stagelog import emit_script
 
     # torchrun takes --nnodes, --nproc_per_node, --node_rank, --master_addr/port from the PET_*
@@ -124,6 +125,7 @@ def run_stage(
         env={"PYTHONUNBUFFERED": "1"},
         placement=placement,
     )
+    check_multi_node(placement.num_nodes, namespace)
     outcome = launcher.launch(spec, namespace, values["run"], on_update=on_update, say=say)
     files = outcome.files
     missing = [rel for rel in rels if rel not in files]

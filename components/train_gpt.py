@@ -27,7 +27,7 @@ def train_gpt(
     ckpt_interval: int = 500,
     seed: int = 1337,
     num_nodes: int = 1,
-    num_proc_per_node: int = 1,
+    num_proc_per_node: int = 0,
     gpus_per_node: int = 0,
     root: str = "/gpt",
     backend: str = "trainjob",
@@ -55,7 +55,8 @@ def train_gpt(
         ckpt_interval: Steps between checkpoints, which a restarted or re-run step resumes from.
         seed: Seed of initialization and batch order.
         num_nodes: Training nodes (TrainJob numNodes; trainjob backend only).
-        num_proc_per_node: Processes per node (TrainJob numProcPerNode; torchrun when > 1).
+        num_proc_per_node: Processes per node (TrainJob numProcPerNode; torchrun when > 1);
+            0: one per GPU (gpus_per_node), else 1.
         gpus_per_node: NVIDIA GPUs to request per node (TrainJob resourcesPerNode); 0: none.
         root: Directory of run directories: /gpt (the PVC) for trainjob, any folder for local.
         backend: trainjob (a Kubeflow Trainer TrainJob) or local (a process here).

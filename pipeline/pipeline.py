@@ -46,7 +46,7 @@ def gpt_trainjobs_pipeline(
     ckpt_interval: int = 500,
     seed: int = 1337,
     num_nodes: int = 1,
-    num_proc_per_node: int = 1,
+    num_proc_per_node: int = 0,
     gpus_per_node: int = 0,
     train_timeout: float = 86400,
     # the prompt
@@ -90,7 +90,8 @@ def gpt_trainjobs_pipeline(
         ckpt_interval: Steps between checkpoints, which a restarted or re-run step resumes from.
         seed: Seed of training and of the first reply's sampling.
         num_nodes: Training nodes (TrainJob numNodes).
-        num_proc_per_node: Training processes per node (TrainJob numProcPerNode).
+        num_proc_per_node: Training processes per node (TrainJob numProcPerNode); 0: one per
+            GPU (gpus_per_node), else 1.
         gpus_per_node: NVIDIA GPUs per training node; 0: CPU.
         train_timeout: Seconds before the training TrainJob is deleted and the run fails.
         prompt: Prompts to answer one-shot; empty: an interactive session (kubectl attach).

@@ -205,7 +205,7 @@ def test_a_pod_whose_namespace_lacks_the_claim_stays_pending(trainer_cluster):
     # cluster's own namespace: its pod is never scheduled, and the scheduler says why.
     ns = trainer_cluster.namespace
     (pvc,) = trainer_cluster.kubelet.claims.values()
-    trainer_cluster.kubelet.claims = {("training", "gpt-pvc"): pvc}
+    trainer_cluster.kubelet.claims = {("training", "gpt-pvc"): pvc}  # only there
     job = TrainJobSpec(stage="load-corpus", runtime="gpt-load-corpus", image="img:1",
                        command=["python", "-c", "print('ran')"],
                        placement=Placement(timeout=3))  # fmt: skip

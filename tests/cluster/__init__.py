@@ -14,8 +14,9 @@ Not emulated (a real cluster may still differ here):
   OOM kills, no GPUs), `tty` (stdin is a pipe nobody writes; no attach);
 - network isolation: pods share 127.0.0.1 (PET_MASTER_PORT is mapped to a free port);
 - mounts: a PVC is a folder reached by rewriting the mount path (kubelet.py says how), one per
-  (namespace, name): a pod whose namespace lacks the claim stays Pending; ReadWriteOnce vs
-  ReadWriteMany is not enforced; emptyDir uses this machine's path;
+  (namespace, name): a pod whose namespace lacks the claim stays Pending, and a ReadWriteOnce
+  claim attaches to one machine at a time (node index i on machine i); ReadWriteOncePod's
+  one-pod rule is not played; emptyDir uses this machine's path;
 - Trainer: initializer jobs, runtimePatches/podTemplateOverrides, suspend, managedBy,
   activeDeadlineSeconds, the webhook's validation (e.g. refusing PET_* in the TrainJob's env),
   the `Created` condition; JobSet: its webhook beyond name validation (that part is
@@ -33,7 +34,7 @@ import pytest
 import yaml
 
 from cluster.controller import Cluster
-from cluster.kubelet import Kubelet
+from cluster.kubelet import Claim, Kubelet
 from components.podlogs import LOG_DIR_ENV
 
 PROJECT = Path(__file__).resolve().parents[2]
@@ -41,7 +42,7 @@ UPSTREAM_RUNTIME = Path("trainer-crds") / "v2.3.0" / "reference-torch_distribute
 # Two shared cores: one thread per process (torchrun sets it only for > 1 process per node).
 NODE_ENV = {"OMP_NUM_THREADS": "1"}
 
-__all__ = ["Cluster", "Kubelet", "runtimes", "trainer_cluster"]
+__all__ = ["Claim", "Cluster", "Kubelet", "runtimes", "trainer_cluster"]
 
 
 def runtimes(shared: Path) -> list[dict]:
@@ -61,7 +62,8 @@ def trainer_cluster(shared, apiserver, custom_api, tmp_path, monkeypatch) -> Ite
         apply_cluster_object(custom_api, runtime)
     (tmp_path / "pvc").mkdir()
     ns = namespace()
-    kubelet = Kubelet(tmp_path / "pods", {(ns, "gpt-pvc"): tmp_path / "pvc"}, NODE_ENV)
+    # ReadWriteOnce, as manifests/base/pvc.yaml makes it.
+    kubelet = Kubelet(tmp_path / "pods", {(ns, "gpt-pvc"): Claim(tmp_path / "pvc")}, NODE_ENV)
     monkeypatch.setenv("KUBECONFIG", str(apiserver.kubeconfig))
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
     monkeypatch.setenv(LOG_DIR_ENV, str(kubelet.logs))

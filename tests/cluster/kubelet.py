@@ -101,6 +101,14 @@ class ContainerLog(threading.Thread):
                 self.file = open(self.path, "ab")  # noqa: SIM115
 
 
+@dataclass(frozen=True)
+class Claim:
+    """A bound PersistentVolumeClaim: the folder that is its volume, and its access modes."""
+
+    folder: Path
+    access_modes: tuple[str, ...] = ("ReadWriteOnce",)
+
+
 @dataclass
 class Pod:
     name: str
@@ -113,7 +121,16 @@ class Pod:
     folder: Path
     proc: subprocess.Popen
     container_log: ContainerLog
+    claims: tuple[str, ...] = ()
+    """The claims it mounts (namespace/name)."""
+    pending: str = ""
+    """Why its container never started ("" when it runs the container's command)."""
     deleted: bool = False
+
+    @property
+    def machine(self) -> str:
+        """The node it runs on: node index i of a TrainJob on machine i (see `Kubelet`)."""
+        return f"machine-{self.index}"
 
     @property
     def log(self) -> str:
@@ -122,22 +139,63 @@ class Pod:
 
 
 class Kubelet:
-    """Starts and deletes the pods of the test cluster's JobSets, and rotates their logs."""
+    """Starts and deletes the pods of the test cluster's JobSets, and rotates their logs.
+
+    Placement: node index i of a TrainJob runs on machine i, as the runtimes' requests make the
+    scheduler spread them on a real cluster (a node's worth of CPUs or GPUs each), so a
+    multi-node TrainJob mounts its claim from several machines: a ReadWriteOnce claim then
+    attaches to the first only (`_attach_error`). A pod that waits (unschedulable, or for its
+    volume) never starts later: its container's command never runs.
+    """
 
     def __init__(
         self,
         logs: Path,
-        claims: dict[tuple[str, str], Path],
+        claims: dict[tuple[str, str], Claim],
         node_env: dict[str, str],
         rotation: LogRotation = LogRotation(),
     ):
-        """`claims`: the bound PVCs, by (namespace, name), each a local folder."""
-        self.logs, self.claims, self.node_env = logs, claims, node_env
-        self.events = EventRecorder(logs, "default-scheduler")
+        """`claims`: the bound PVCs by (namespace, name)."""
+        self.logs, self.node_env = logs, node_env
+        self.claims: dict[tuple[str, str], Claim] = {}
+        self.events = EventRecorder(logs, "kubelet")
+        for (namespace, name), claim in claims.items():
+            self.bind(namespace, name, claim)
         self.rotation = rotation
         self._pods: list[Pod] = []
         self._lock = threading.Lock()
         self._rotator: threading.Thread | None = None
+
+    def bind(self, namespace: str, name: str, claim: Claim) -> None:
+        """Make `claim` the PVC `name` of `namespace`, readable as a core/v1 PVC beside the
+        pods (components/claims.py's `LogDirClaims`)."""
+        self.claims[(namespace, name)] = claim
+        folder = self.logs / namespace / ".claims"
+        folder.mkdir(parents=True, exist_ok=True)
+        pvc = {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+               "metadata": {"name": name, "namespace": namespace},
+               "spec": {"accessModes": list(claim.access_modes)}}  # fmt: skip
+        (folder / f"{name}.json").write_text(json.dumps(pvc))
+
+    def _attach_error(self, namespace: str, claim: str, machine: str) -> str:
+        """Why a ReadWriteOnce claim cannot be attached to `machine`, or "".
+
+        kubernetes pkg/controller/volume/attachdetach/reconciler/reconciler.go: a volume that
+        is not multi-attachable (ReadWriteMany/ReadOnlyMany) and is attached to another node
+        with a pod there that uses it is not attached here; `reportMultiAttachError` records
+        a FailedAttachVolume Warning on the waiting pod naming the pods that hold it. Ended
+        pods hold nothing (their volumes are detached).
+        """
+        if {"ReadWriteMany", "ReadOnlyMany"} & set(self.claims[(namespace, claim)].access_modes):
+            return ""
+        key = f"{namespace}/{claim}"
+        holders = sorted(p.name for p in self._pods
+                         if key in p.claims and p.machine != machine and not p.pending
+                         and not p.deleted and p.proc.poll() is None)  # fmt: skip
+        if not holders:
+            return ""
+        return (f'Multi-Attach error for volume "{claim}" Volume is already used by pod(s) '
+                f"{', '.join(holders)}")  # fmt: skip
 
     def _mounts(self, plan: Rendered) -> dict[str, Path] | str:
         """Mount path -> folder of each PVC mount, or why the pod cannot be scheduled.
@@ -155,7 +213,7 @@ class Kubelet:
                 continue  # emptyDir (/dev/shm): this machine's own stands in
             if (plan.namespace, claim) not in self.claims:
                 return f'0/1 nodes are available: persistentvolumeclaim "{claim}" not found.'
-            mounts[mount["mountPath"]] = self.claims[(plan.namespace, claim)]
+            mounts[mount["mountPath"]] = self.claims[(plan.namespace, claim)].folder
         return mounts
 
     def start(self, plan: Rendered, index: int, attempt: int, port: int) -> Pod:
@@ -171,9 +229,19 @@ class Kubelet:
                 "annotations": {COMPLETION_INDEX: str(index)}}  # fmt: skip
         env = {e["name"]: _env_value(e, meta) for e in plan.container["env"]}
         mounts = self._mounts(plan)
-        if isinstance(mounts, str):  # unschedulable: the container never starts
-            self.events.record({"metadata": meta, "apiVersion": "v1"}, "Pod", "Warning",
-                               "FailedScheduling", mounts)  # fmt: skip
+        claims = tuple(f"{plan.namespace}/{c}" for c in _claims(plan))
+        pending = ""
+        if isinstance(mounts, str):  # unschedulable
+            pending, reason = mounts, "FailedScheduling"
+        else:
+            with self._lock:
+                pending = next(filter(None, (
+                    self._attach_error(plan.namespace, c, f"machine-{index}")
+                    for c in _claims(plan))), "")  # fmt: skip
+            reason = "FailedAttachVolume"
+        if pending:  # the container never starts: a process that waits stands in for the pod
+            self.events.record({"metadata": meta, "apiVersion": "v1"}, "Pod", "Warning", reason,
+                               pending)  # fmt: skip
             mounts, argv = {}, [sys.executable, "-c", "import signal; signal.pause()"]
         else:
             argv = [_remap(a, mounts) for a in plan.container.get("command", []) +
@@ -202,7 +270,7 @@ class Kubelet:
         )  # fmt: skip
         container_log = ContainerLog(proc, folder / f"{NODE}.log")
         container_log.start()
-        pod = Pod(name, index, attempt, env, argv, folder, proc, container_log)
+        pod = Pod(name, index, attempt, env, argv, folder, proc, container_log, claims, pending)
         with self._lock:
             self._pods.append(pod)
             if self._rotator is None:
@@ -306,3 +374,11 @@ def _remap(text: str, mounts: dict[str, Path]) -> str:
     for path, folder in mounts.items():
         text = re.sub(rf"(?<![\w./-]){re.escape(path)}(?![\w.-])", str(folder), text)
     return text
+
+
+def _claims(plan: Rendered) -> list[str]:
+    """The names of the PVCs the pod's container mounts."""
+    volumes = {v["name"]: v for v in plan.pod_spec.get("volumes") or []}
+    names = [(volumes[m["name"]].get("persistentVolumeClaim") or {}).get("claimName")
+             for m in plan.container.get("volumeMounts") or []]  # fmt: skip
+    return [n for n in names if n]
