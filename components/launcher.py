@@ -202,8 +202,10 @@ def launch(
         f"{spec.placement.num_nodes} node(s) x {spec.placement.num_proc_per_node} process(es)); "
         f"follow it with: kubectl -n {namespace} get trainjob {name} -w"
     )
-    startup = _Startup(namespace, name, pods, events or events_from_environment(), start_grace,
-                       start + start_grace)  # fmt: skip
+    startup = _Startup(
+        namespace, name, obj["metadata"]["uid"], pods, events or events_from_environment(),
+        start_grace, start + start_grace,
+    )
     follower = LogFollower(pods, namespace, name, say).start()
     try:
         final = _follow(api, namespace, name, obj, start + timeout, on_update, startup)
@@ -239,6 +241,7 @@ class _Startup:
 
     namespace: str
     name: str
+    uid: str
     pods: PodLogs
     events: Events
     grace: float
@@ -252,7 +255,7 @@ class _Startup:
         if (obj.get("status") or {}).get("jobsStatus") or self.pods.pods(self.namespace, self.name):
             self.started = True
         elif time.monotonic() >= self.deadline:
-            warnings = self.events.warnings(self.namespace, "TrainJob", self.name)
+            warnings = self.events.warnings(self.namespace, "TrainJob", self.name, self.uid)
             why = str(warnings[-1]) if warnings else "no Warning Event on it says why"
             raise TrainJobStuck(" ".join(
                 f"TrainJob {self.namespace}/{self.name} made no pods within {self.grace:g} s: "
