@@ -3,6 +3,7 @@ them as JobSet and the kubelet would, on the upstream `torch-distributed` runtim
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import time
@@ -208,13 +209,16 @@ def test_every_name_the_launcher_makes_is_admitted_for_any_node_count(stage):
 
 
 @pytest.mark.apiserver
-def test_a_kfp_run_id_runs_on_two_nodes(trainer_cluster):
-    outcome = launcher.launch(spec("torch-distributed", 2), trainer_cluster.namespace,
-                              KFP_RUN_ID, say=lambda _: None, start_grace=30)  # fmt: skip
+def test_a_train_gpt_trainjob_of_a_kfp_run_runs_on_two_nodes(trainer_cluster):
+    # With a KFP run id, 12ee68a named it `train-gpt-<run id>-<6 hex>` (53 characters): JobSet
+    # refused its JobSet, Trainer only said so in an Event, and the step waited its timeout out.
+    job = dataclasses.replace(spec("torch-distributed", 2), stage="train-gpt",
+                              placement=Placement(num_nodes=2, timeout=20))  # fmt: skip
+    outcome = launcher.launch(job, trainer_cluster.namespace, KFP_RUN_ID, say=lambda _: None)
     stored = trainer_cluster.api.get_namespaced_custom_object(
         GROUP, VERSION, trainer_cluster.namespace, PLURAL, outcome.name)
     assert stored["metadata"]["labels"]["pipeline/runid"] == KFP_RUN_ID
-    assert stored["metadata"]["labels"]["gpt-trainjobs/stage"] == "torch-distributed"
+    assert stored["metadata"]["labels"]["gpt-trainjobs/stage"] == "train-gpt"
     assert [p.index for p in trainer_cluster.runs[outcome.name].pods] == [0, 1]
 
 
