@@ -208,6 +208,14 @@ def test_every_name_the_launcher_makes_is_admitted_for_any_node_count(stage):
         assert admission_error(jobset_of(name, num_nodes, stage)) is None, (name, num_nodes)
 
 
+def test_the_launchers_name_bound_is_the_webhooks_at_the_largest_node_count():
+    most = 2**31 - 1  # numNodes is an int32
+    assert admission_error(jobset_of("a" * launcher.NAME_MAX, most)) is None
+    assert admission_error(jobset_of("a" * (launcher.NAME_MAX + 1), most)) is not None
+    longest = launcher.trainjob_name("a" * launcher.STAGE_MAX)
+    assert admission_error(jobset_of(longest, most)) is None
+
+
 @pytest.mark.apiserver
 def test_a_train_gpt_trainjob_of_a_kfp_run_runs_on_two_nodes(trainer_cluster):
     # With a KFP run id, 12ee68a named it `train-gpt-<run id>-<6 hex>` (53 characters): JobSet
