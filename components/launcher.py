@@ -63,19 +63,29 @@ class TrainJobStuck(RuntimeError):
 # Names and the spec
 
 
-def trainjob_name(stage: str) -> str:
-    """`<stage>-<8 random hex>`: at most 26 characters, whatever the run is called.
+# JobSet's webhook (kubernetes-sigs/jobset v0.12.0 pkg/webhooks/jobset_webhook.go) refuses a
+# JobSet whose longest pod name, `<jobset>-<rjob>-<jobIndex>-<podIndex>-abcde`, is not a
+# 63-character DNS-1035 label. Trainer v2.3 names the JobSet after the TrainJob, with the one
+# replicatedJob `node` of one Job whose pods are numNodes, an int32 in the TrainJob CRD: so a
+# TrainJob name of NAME_MAX characters is admitted for any node count.
+NAME_MAX = 63 - len(f"-node-0-{2**31 - 2}-abcde")
+NAME_RANDOM_HEX = 8
+STAGE_MAX = NAME_MAX - 1 - NAME_RANDOM_HEX
 
-    Trainer v2.3 names the JobSet after the TrainJob, and JobSet's webhook refuses one whose
-    longest pod name, `<jobset>-node-0-<numNodes-1>-abcde`, is not a 63-character DNS-1035 label
-    (kubernetes-sigs/jobset v0.12.0 pkg/webhooks/jobset_webhook.go). With 26 characters that
-    leaves room for numNodes up to the CRD's int32 limit. The run and stage are in the labels, as
-    the Kubeflow SDK keeps its 12-character names short (kubeflow/trainer/backends/kubernetes/
-    backend.py). Random, so a retry or re-run never picks up an old TrainJob.
+
+def trainjob_name(stage: str) -> str:
+    """`<stage>-<8 random hex>`: at most NAME_MAX characters, whatever the run is called.
+
+    The run and stage are in the labels, as the Kubeflow SDK keeps its names short (PyPI
+    `kubeflow` 0.5.0, kubeflow/trainer/backends/kubernetes/backend.py `train`: a letter and 11
+    hex of a uuid4). Random, so a retry or re-run never picks up an old TrainJob; the stage
+    leads, so that `kubectl get trainjobs` reads.
     """
-    if not re.fullmatch(r"[a-z][-a-z0-9]{0,16}", stage):
-        raise ValueError(f"stage {stage!r}: at most 17 characters of [a-z0-9-], starting a-z")
-    return f"{stage}-{secrets.token_hex(4)}"
+    if not re.fullmatch(rf"[a-z][-a-z0-9]{{0,{STAGE_MAX - 1}}}", stage):
+        raise ValueError(
+            f"stage {stage!r}: at most {STAGE_MAX} characters of [a-z0-9-], starting a-z"
+        )
+    return f"{stage}-{secrets.token_hex(NAME_RANDOM_HEX // 2)}"
 
 
 def label_value(text: str) -> str:
@@ -202,8 +212,10 @@ def launch(
         f"{spec.placement.num_nodes} node(s) x {spec.placement.num_proc_per_node} process(es)); "
         f"follow it with: kubectl -n {namespace} get trainjob {name} -w"
     )
-    startup = _Startup(namespace, name, pods, events or events_from_environment(), start_grace,
-                       start + start_grace)  # fmt: skip
+    startup = _Startup(
+        namespace, name, obj["metadata"]["uid"], pods, events or events_from_environment(),
+        start_grace, start + start_grace,
+    )
     follower = LogFollower(pods, namespace, name, say).start()
     try:
         final = _follow(api, namespace, name, obj, start + timeout, on_update, startup)
@@ -239,6 +251,7 @@ class _Startup:
 
     namespace: str
     name: str
+    uid: str
     pods: PodLogs
     events: Events
     grace: float
@@ -252,7 +265,7 @@ class _Startup:
         if (obj.get("status") or {}).get("jobsStatus") or self.pods.pods(self.namespace, self.name):
             self.started = True
         elif time.monotonic() >= self.deadline:
-            warnings = self.events.warnings(self.namespace, "TrainJob", self.name)
+            warnings = self.events.warnings(self.namespace, "TrainJob", self.name, self.uid)
             why = str(warnings[-1]) if warnings else "no Warning Event on it says why"
             raise TrainJobStuck(" ".join(
                 f"TrainJob {self.namespace}/{self.name} made no pods within {self.grace:g} s: "

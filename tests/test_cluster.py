@@ -3,12 +3,14 @@ them as JobSet and the kubelet would, on the upstream `torch-distributed` runtim
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import time
 
 import pytest
-from cluster import jobset_webhook, runtimes
+import yaml
+from cluster import PROJECT, jobset_webhook, runtimes
 from cluster.jobset_webhook import admission_error
 from cluster.render import master_addr, render
 
@@ -136,42 +138,95 @@ def test_the_log_folder_lists_pods_node_zero_first(tmp_path):
 # ---- names JobSet admits (kubernetes-sigs/jobset v0.12.0 pkg/webhooks/jobset_webhook.go) -------
 
 KFP_RUN_ID = "6f1c2a9e-3b7d-4c1e-9a2f-0d4e5b6c7a8b"  # a KFP run id: a 36-character UUID
+PROJECT_RUNTIMES = {p.stem: yaml.safe_load(p.read_text())
+                    for p in PROJECT.glob("runtimes/gpt-*.yaml")}  # fmt: skip
+DENIED = 'admission webhook "vjobset.kb.io" denied the request: JobSet.jobset.x-k8s.io'
+
+
+def jobset_of(name: str, num_nodes: int, stage: str = "train-gpt") -> dict:
+    """The JobSet Trainer applies for a TrainJob `name` of `stage` on `num_nodes` nodes."""
+    runtime_name = STAGES[stage].runtime
+    job = {"metadata": {"name": name, "namespace": "ns"},
+           "spec": {"runtimeRef": {"name": runtime_name}, "trainer": {"numNodes": num_nodes}}}
+    return render(job, PROJECT_RUNTIMES[runtime_name]).jobset  # fmt: skip
+
+
+def test_the_rendered_jobset_is_one_replica_of_num_nodes_indexed_pods():
+    (rjob,) = jobset_of("j", 4)["spec"]["replicatedJobs"]
+    job = rjob["template"]["spec"]
+    assert (rjob["name"], rjob["replicas"], job["completions"], job["parallelism"]) == (
+        "node", 1, 4, 4)  # fmt: skip
 
 
 def test_the_jobset_webhook_refuses_a_pod_name_over_63_characters():
     # `<jobset>-node-0-<numNodes-1>-abcde`: 15 characters beside a 48-character name on one node.
-    assert admission_error("a" * 48, "node", 1) is None
-    refused = admission_error("a" * 49, "node", 1)
-    assert refused and jobset_webhook.POD_NAME_TOO_LONG in refused and "vjobset.kb.io" in refused
-    assert admission_error("a" * 48, "node", 11) is not None  # two digits for node index 10
-    assert admission_error("a" * 47, "node", 11) is None
-    job_too_long = admission_error("a" * 57, "node", 1)
-    assert job_too_long and jobset_webhook.JOB_NAME_TOO_LONG in job_too_long
-    assert "DNS-1035" in admission_error("9" + "a" * 10, "node", 1)
+    assert admission_error(jobset_of("a" * 48, 1)) is None
+    assert admission_error(jobset_of("a" * 49, 1)) == (
+        f'{DENIED} "{"a" * 49}" is invalid: spec.replicatedJobs[0].name: Invalid value: '
+        f'"{"a" * 49}-node-0": {jobset_webhook.POD_NAME_TOO_LONG}'
+    )
+    assert admission_error(jobset_of("a" * 48, 11)) is not None  # two digits for node index 10
+    assert admission_error(jobset_of("a" * 47, 11)) is None
+
+
+def test_the_jobset_webhook_aggregates_and_dedupes_its_errors():
+    # A 57-character name: the Job name (64) and the pod name are both too long.
+    refused = admission_error(jobset_of("a" * 57, 1))
+    assert refused.startswith(f'{DENIED} "{"a" * 57}" is invalid: [')
+    assert jobset_webhook.JOB_NAME_TOO_LONG in refused
+    assert jobset_webhook.POD_NAME_TOO_LONG in refused
+    # A name starting with a digit: the Job and the pod checks say the same, said once.
+    refused = admission_error(jobset_of("9abc", 1))
+    assert refused.count("a DNS-1035 label must") == 1 and "is invalid: spec." in refused
+
+
+def test_the_jobset_webhook_checks_group_name_and_subdomain():
+    js = jobset_of("ok", 1)
+    js["spec"]["replicatedJobs"][0]["groupName"] = "g" * 64
+    assert jobset_webhook.GROUP_NAME_TOO_LONG in admission_error(js)
+    js = jobset_of("ok", 1)
+    js["spec"]["network"] = {"subdomain": "Not_A_Label"}
+    refused = admission_error(js)
+    assert "RFC 1123 subdomain" in refused and "DNS-1035 label" in refused
+    js["spec"]["coordinator"] = {"replicatedJob": "node"}
+    with pytest.raises(NotImplementedError, match="coordinator"):
+        admission_error(js)
 
 
 def test_what_12ee68a_named_a_trainjob_of_a_kfp_run_is_refused():
     # `<stage>-<run>-<6 hex>` with the run id, as components/launcher.py named it at 12ee68a.
     for stage in STAGES:
-        assert admission_error(f"{stage}-{KFP_RUN_ID}-abc123", "node", 1) is not None, stage
+        assert admission_error(jobset_of(f"{stage}-{KFP_RUN_ID}-abc123", 1, stage)), stage
 
 
 @pytest.mark.parametrize("stage", list(STAGES))
 def test_every_name_the_launcher_makes_is_admitted_for_any_node_count(stage):
-    # numNodes is an int32 in the TrainJob CRD (kubeflow/trainer v2.3.0 trainjob_types.go).
+    # numNodes is an int32 in the TrainJob CRD (kubeflow/trainer v2.3.0 trainjob_types.go), and
+    # the components take any count from 1.
     for num_nodes in (1, 2, 10, 1000, 2**31 - 1):
         name = launcher.trainjob_name(stage)
-        assert admission_error(name, "node", num_nodes) is None, (name, num_nodes)
+        assert admission_error(jobset_of(name, num_nodes, stage)) is None, (name, num_nodes)
+
+
+def test_the_launchers_name_bound_is_the_webhooks_at_the_largest_node_count():
+    most = 2**31 - 1  # numNodes is an int32
+    assert admission_error(jobset_of("a" * launcher.NAME_MAX, most)) is None
+    assert admission_error(jobset_of("a" * (launcher.NAME_MAX + 1), most)) is not None
+    longest = launcher.trainjob_name("a" * launcher.STAGE_MAX)
+    assert admission_error(jobset_of(longest, most)) is None
 
 
 @pytest.mark.apiserver
-def test_a_kfp_run_id_runs_on_two_nodes(trainer_cluster):
-    outcome = launcher.launch(spec("torch-distributed", 2), trainer_cluster.namespace,
-                              KFP_RUN_ID, say=lambda _: None, start_grace=30)  # fmt: skip
+def test_a_train_gpt_trainjob_of_a_kfp_run_runs_on_two_nodes(trainer_cluster):
+    # With a KFP run id, 12ee68a named it `train-gpt-<run id>-<6 hex>` (53 characters): JobSet
+    # refused its JobSet, Trainer only said so in an Event, and the step waited its timeout out.
+    job = dataclasses.replace(spec("torch-distributed", 2), stage="train-gpt",
+                              placement=Placement(num_nodes=2, timeout=20))  # fmt: skip
+    outcome = launcher.launch(job, trainer_cluster.namespace, KFP_RUN_ID, say=lambda _: None)
     stored = trainer_cluster.api.get_namespaced_custom_object(
         GROUP, VERSION, trainer_cluster.namespace, PLURAL, outcome.name)
     assert stored["metadata"]["labels"]["pipeline/runid"] == KFP_RUN_ID
-    assert stored["metadata"]["labels"]["gpt-trainjobs/stage"] == "torch-distributed"
+    assert stored["metadata"]["labels"]["gpt-trainjobs/stage"] == "train-gpt"
     assert [p.index for p in trainer_cluster.runs[outcome.name].pods] == [0, 1]
 
 
@@ -192,7 +247,9 @@ def test_a_trainjob_whose_jobset_is_refused_fails_the_step_with_the_event_and_is
     assert "\n" not in message
     assert "made no pods within 2 s: TrainJobResourcesCreationFailed: TrainJob resources " \
            "reconciliation failed: admission webhook" in message  # fmt: skip
-    assert jobset_webhook.POD_NAME_TOO_LONG in message and message.endswith("deleted it")
+    assert jobset_webhook.POD_NAME_TOO_LONG in message
+    # Requeued many times within the grace, written as a series of two (client-go tools/events).
+    assert message.endswith(" (x2); deleted it")
     listed = trainer_cluster.api.list_namespaced_custom_object(GROUP, VERSION, ns, PLURAL)
     assert listed["items"] == []
     (run,) = trainer_cluster.runs.values()

@@ -45,12 +45,13 @@ def test_names_are_short_unique_labels_that_start_with_the_stage(stage):
     names = {launcher.trainjob_name(stage) for _ in range(50)}
     assert len(names) == 50, "two attempts of one run and stage must never share a name"
     for name in names:
-        assert RFC1035.match(name) and len(name) <= 26, name
+        assert RFC1035.match(name) and len(name) <= launcher.NAME_MAX, name
         assert name.startswith(f"{stage}-")
 
 
 def test_a_stage_that_cannot_lead_a_name_is_refused():
-    for stage in ("Train", "1-corpus", "a" * 18, "x_y"):
+    assert launcher.trainjob_name("a" * launcher.STAGE_MAX)
+    for stage in ("Train", "1-corpus", "a" * (launcher.STAGE_MAX + 1), "x_y"):
         with pytest.raises(ValueError, match="stage"):
             launcher.trainjob_name(stage)
 
@@ -221,3 +222,55 @@ def test_the_log_reader_tolerates_a_server_without_pods(apiserver, monkeypatch):
     launcher.load_kube_config()
     log = podlogs.node0_log(podlogs.CoreV1PodLogs(), "training", "train-gpt-x-abc123", 10)
     assert "no pods found" in log
+
+
+# ---- the start grace: a TrainJob that makes no pods ---------------------------------------------
+
+
+class NoPods:
+    """A `PodLogs` where no pod ever appears."""
+
+    def pods(self, ns, trainjob):
+        return []
+
+    def log(self, ns, pod, tail):
+        return "unavailable"
+
+
+class NoEvents:
+    def warnings(self, namespace, kind, name, uid):
+        return []
+
+
+@pytest.mark.apiserver
+def test_no_pods_and_no_event_fails_within_the_grace_saying_so_and_deletes(custom_api):
+    ns = namespace()
+    ctl = Controller(custom_api, ns, None)  # a Trainer that never makes a JobSet
+    began = time.monotonic()
+    with pytest.raises(launcher.TrainJobStuck) as err:
+        launcher.launch(within(60), ns, "demo", api=custom_api, pods=NoPods(), events=NoEvents(),
+                        say=lambda _: None, start_grace=1)  # fmt: skip
+    assert time.monotonic() - began < 5  # the grace ends the wait, not the 60 s deadline
+    name = ctl.created["metadata"]["name"]
+    assert str(err.value) == (
+        f"TrainJob {ns}/{name} made no pods within 1 s: no Warning Event on it says why; deleted it"
+    )
+    assert custom_api.list_namespaced_custom_object(GROUP, VERSION, ns, PLURAL)["items"] == []
+
+
+@pytest.mark.apiserver
+def test_a_trainjob_whose_jobset_runs_outlives_the_grace_before_its_pods_appear(custom_api):
+    # Pods can be Pending or not yet listed while the JobSet exists: Trainer's jobsStatus says so.
+    ns = namespace()
+    ctl = Controller(custom_api, ns, condition("Complete", "JobsCompleted", "done"), delay=2.5)
+    jobs = {"name": "node", "active": 1, "ready": 0, "succeeded": 0, "failed": 0, "suspended": 0}
+
+    def running(obj):
+        if not (obj.get("status") or {}).get("jobsStatus"):
+            custom_api.patch_namespaced_custom_object_status(
+                GROUP, VERSION, ns, PLURAL, obj["metadata"]["name"],
+                {"status": {"jobsStatus": [jobs]}})  # fmt: skip
+
+    outcome = launcher.launch(SPEC, ns, "demo", api=custom_api, pods=NoPods(), events=NoEvents(),
+                              on_update=running, say=lambda _: None, start_grace=1)  # fmt: skip
+    assert outcome.elapsed_s > 2 and ctl.error is None

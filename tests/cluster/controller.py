@@ -37,8 +37,9 @@ FAILED_JOBS = ("FailedJobs", "jobset failed due to one or more job failures")
 MAX_RESTARTS = ("ReachedMaxRestarts", "jobset failed due to reaching max number of restarts")
 # kubeflow/trainer v2.3.0 pkg/controller/trainjob_controller.go (Reconcile): when the JobSet
 # cannot be created, a Warning Event with this reason and no condition; the error requeues the
-# TrainJob with controller-runtime's default per-item back-off (client-go
-# util/workqueue/default_rate_limiters.go: 5 ms doubling to 1000 s).
+# TrainJob with controller-runtime's default per-item back-off (cmd/trainer-controller-manager/
+# main.go passes empty controller.Options; client-go util/workqueue/default_rate_limiters.go:
+# 5 ms doubling to 1000 s).
 CREATION_FAILED = "TrainJobResourcesCreationFailed"
 REQUEUE_BASE_S, REQUEUE_MAX_S = 0.005, 1000.0
 
@@ -82,7 +83,7 @@ class JobSetRun(threading.Thread):
             )
             plan = render(self.trainjob, runtime)
             # JobSet's webhook refuses the JobSet Trainer would create (cluster/jobset_webhook.py).
-            if refused := admission_error(plan.name, NODE, plan.num_nodes):
+            if refused := admission_error(plan.jobset):
                 return self._retry_creation(refused)
             while True:
                 failed_job = self._attempt(plan)
@@ -110,11 +111,13 @@ class JobSetRun(threading.Thread):
 
     def _retry_creation(self, refused: str) -> None:
         """The JobSet is refused: record why, as an Event, on every requeue until deleted."""
-        # trainjob_controller.go cuts the error to 950 characters in the Event's message.
+        # trainjob_controller.go: the error cut to 950 characters (`%.950v`), " ..." when cut.
         message = f"TrainJob resources reconciliation failed: {refused:.950}"
+        if len(refused) > 950:
+            message += " ..."
         backoff = REQUEUE_BASE_S
         while True:
-            self.events.record(self.trainjob, "TrainJob", "Warning", CREATION_FAILED, message)
+            self.events.eventf(self.trainjob, "Warning", CREATION_FAILED, "Reconciling", message)
             if self.deleted.wait(backoff):
                 return
             backoff = min(backoff * 2, REQUEUE_MAX_S)
@@ -186,7 +189,8 @@ class Cluster(threading.Thread):
         super().__init__(daemon=True, name=f"test-cluster-{namespace}")
         self.api, self.namespace, self.kubelet = api, namespace, kubelet
         self.runs: dict[str, JobSetRun] = {}
-        self.events = EventRecorder(kubelet.logs, "trainjob-controller")
+        # kubeflow/trainer v2.3.0 pkg/controller/setup.go: the TrainJob reconciler's recorder.
+        self.events = EventRecorder(kubelet.logs, "trainer-trainjob-controller")
         self._stopping = threading.Event()
         self.start()
 

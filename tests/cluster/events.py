@@ -1,20 +1,31 @@
 """Events of the test cluster: what controllers record about an object, where the step can read it.
 
 The test API server has no core API, so Events are files, as pods are (cluster/kubelet.py):
-`<logs>/<namespace>/.events/<event>.json`, each a core/v1 Event (`involvedObject`, `type`,
-`reason`, `message`, `count`, `firstTimestamp`, `lastTimestamp`, `source`), which
-components/events.py's `LogDirEvents` reads. Like client-go's event recorder
-(k8s.io/client-go tools/record/events_cache.go, EventAggregator / eventLogger), a repeat of the
-same object, type, reason and message updates one Event's count and lastTimestamp rather than
-adding another.
+`<logs>/<namespace>/.events/<event>.json`, which components/events.py's `LogDirEvents` reads.
+
+Kubeflow Trainer v2.3.0 records through controller-runtime v0.24.1's `GetEventRecorder`
+(pkg/internal/recorder/recorder.go), that is client-go's `tools/events`: events.k8s.io/v1
+Events. Each file is such an Event as `GET /api/v1/namespaces/<ns>/events` shows it (kubernetes
+pkg/apis/events/v1/conversion.go: `regarding` -> `involvedObject`, `note` -> `message`; `count`,
+`firstTimestamp` and `lastTimestamp` come from the deprecated fields, which tools/events never
+sets): `involvedObject`, `type`, `reason`, `message`, `action`, `eventTime`,
+`reportingComponent`, `reportingInstance`, and `series` once repeated.
+
+How repeats are written (client-go tools/events/event_broadcaster.go, recordToSink): the
+first Event of a key (type, action, reason, reporting controller and instance, the regarding
+object with its resourceVersion, the related one) is created; the second turns it into a series
+of count 2 (a patch); later ones only count in the recorder's memory, written by a ticker every
+30 minutes (refreshTime) or once the series has been quiet for 6 (finishTime). No test here
+runs that long, so the model writes the first two and counts the rest in memory.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import secrets
+import socket
 import threading
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -22,40 +33,53 @@ from typing import Any
 EVENTS_DIR = ".events"
 
 
-def _now() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+def _micro_time(now: float) -> str:
+    """metav1.MicroTime as JSON: RFC 3339 with microseconds."""
+    return datetime.fromtimestamp(now, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 class EventRecorder:
-    """Records Events into the pod-log folder's namespaces."""
+    """One controller's `events.EventRecorder`, writing into the pod-log folder's namespaces."""
 
-    def __init__(self, logs: Path, component: str) -> None:
-        self.logs, self.component = logs, component
+    def __init__(self, logs: Path, controller: str) -> None:
+        self.logs, self.controller = logs, controller
+        self.instance = f"{controller}-{socket.gethostname()}"  # tools/events NewRecorder
         self._lock = threading.Lock()
+        self._series: dict[tuple[Any, ...], dict[str, Any]] = {}
 
-    def record(self, obj: dict[str, Any], kind: str, type_: str, reason: str, message: str) -> None:
-        meta = obj["metadata"]
-        folder = self.logs / meta["namespace"] / EVENTS_DIR
+    def eventf(
+        self, regarding: dict[str, Any], type_: str, reason: str, action: str, note: str
+    ) -> None:
+        """`Eventf(regarding, nil, type, reason, action, note)`, as Trainer calls it."""
+        meta = regarding["metadata"]
+        ref = {"kind": regarding["kind"], "namespace": meta["namespace"], "name": meta["name"],
+               "uid": meta.get("uid"), "apiVersion": regarding["apiVersion"],
+               "resourceVersion": meta.get("resourceVersion")}  # fmt: skip
+        key = (type_, action, reason, self.controller, self.instance, tuple(ref.items()))
+        now = time.time()
         with self._lock:
-            folder.mkdir(parents=True, exist_ok=True)
-            for path in folder.glob(f"{meta['name']}.*.json"):
-                event = json.loads(path.read_text())
-                if (event["involvedObject"].get("uid"), event["type"], event["reason"],
-                        event["message"]) == (meta.get("uid"), type_, reason, message):  # fmt: skip
-                    event.update(count=event["count"] + 1, lastTimestamp=_now())
-                    break
-            else:
-                # kubernetes: an Event's name is `<object>.<hex>` (client-go makeEvent).
-                path = folder / f"{meta['name']}.{secrets.token_hex(8)}.json"
+            if (event := self._series.get(key)) is None:
+                # tools/events event_recorder.go makeEvent: `<regarding name>.<UnixNano in hex>`.
                 event = {
-                    "metadata": {"name": path.stem, "namespace": meta["namespace"]},
-                    "involvedObject": {"kind": kind, "name": meta["name"],
-                                       "namespace": meta["namespace"], "uid": meta.get("uid"),
-                                       "apiVersion": obj.get("apiVersion")},  # fmt: skip
-                    "type": type_, "reason": reason, "message": message, "count": 1,
-                    "firstTimestamp": _now(), "lastTimestamp": _now(),
-                    "source": {"component": self.component},
+                    "metadata": {"name": f"{meta['name']}.{time.time_ns():x}",
+                                 "namespace": meta["namespace"]},
+                    "involvedObject": ref, "type": type_, "reason": reason, "message": note,
+                    "action": action, "eventTime": _micro_time(now),
+                    "reportingComponent": self.controller, "reportingInstance": self.instance,
                 }  # fmt: skip
-            tmp = path.with_suffix(".tmp")
-            tmp.write_text(json.dumps(event))
-            os.replace(tmp, path)
+                self._series[key] = event
+            elif "series" not in event:
+                event["series"] = {"count": 2, "lastObservedTime": _micro_time(now)}
+            else:
+                event["series"] = {"count": event["series"]["count"] + 1,
+                                   "lastObservedTime": _micro_time(now)}  # fmt: skip
+                return  # counted in memory until a refresh this model never reaches
+            self._write(event)
+
+    def _write(self, event: dict[str, Any]) -> None:
+        folder = self.logs / event["metadata"]["namespace"] / EVENTS_DIR
+        folder.mkdir(parents=True, exist_ok=True)
+        path = folder / f"{event['metadata']['name']}.json"
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(event))
+        os.replace(tmp, path)

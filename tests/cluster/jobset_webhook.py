@@ -1,67 +1,127 @@
 """JobSet's admission webhook, the part of it that refuses a JobSet for its names.
 
 kubernetes-sigs/jobset at v0.12.0 (the JobSet Kubeflow Trainer v2.3.0 pins in its go.mod),
-`pkg/webhooks/jobset_webhook.go`:
-- `Default` (webhook `mjobset.kb.io`) makes every replicatedJob's Job Indexed when it says nothing;
-- `ValidateCreate` (webhook `vjobset.kb.io`, failurePolicy Fail) requires, per replicatedJob, the
-  longest Job name `<jobset>-<rjob>-<replicas-1>` (`placement.GenJobName`) and, for an Indexed Job
-  with completions, the longest pod name `<jobset>-<rjob>-<replicas-1>-<completions-1>-abcde`
-  (`placement.GenPodName` plus the 5-character random suffix) to be DNS-1035 labels. A too-long
-  name gets its own message; the pod-name error reports the longest *Job* name as the invalid
-  value, as upstream does.
+`pkg/webhooks/jobset_webhook.go`, as a pure function of the JobSet Trainer applies:
+- `Default` (webhook `mjobset.kb.io`) makes every replicatedJob's Job Indexed when it says
+  nothing; the CRD defaults `groupName` to `default` (api/jobset/v1alpha2/jobset_types.go);
+- `ValidateCreate` (webhook `vjobset.kb.io`, failurePolicy Fail) requires `spec.network.subdomain`,
+  when set, to be a DNS-1123 subdomain and a DNS-1035 label, and per replicatedJob its
+  `groupName`, its longest Job name `<jobset>-<rjob>-<replicas-1>` (`placement.GenJobName`) and,
+  for an Indexed Job with completions, its longest pod name
+  `<jobset>-<rjob>-<replicas-1>-<completions-1>-abcde` (`placement.GenPodName` plus the
+  5-character random suffix) to be DNS-1035 labels. A too-long name gets its own message; the
+  pod-name error reports the longest *Job* name as the invalid value, as upstream does.
+- `invalidError` answers `apierrors.NewInvalid` (422): `JobSet.jobset.x-k8s.io "<name>" is
+  invalid: <errors>`, which the API server prefixes with the webhook's name
+  (k8s.io/apiserver pkg/admission/plugin/webhook/errors/statuserror.go).
 
-Kubeflow Trainer names the JobSet after the TrainJob, with one replicatedJob `node` of 1 replica
-whose completions and parallelism are numNodes (`pkg/runtime/framework/plugins/jobset/jobset.go`).
+The other checks of `ValidateCreate` (coordinator, volumeClaimPolicies, failure-policy rules,
+dependsOn) look at fields no runtime of this project sets; a JobSet that sets them is refused
+here as not modelled rather than admitted unchecked.
 """
 
 from __future__ import annotations
 
 import re
+from typing import Any
 
-# k8s.io/apimachinery pkg/util/validation/validation.go: IsDNS1035Label.
+# k8s.io/apimachinery pkg/util/validation/validation.go: IsDNS1035Label, IsDNS1123Subdomain,
+# MaxLenError, RegexError (its examples and their double space included).
 DNS1035_MAX = 63
+DNS1123_SUBDOMAIN_MAX = 253
 _DNS1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
-_DNS1035_FORMAT = (
+_DNS1123_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
+_DNS1123_SUBDOMAIN = re.compile(rf"^{_DNS1123_LABEL}(\.{_DNS1123_LABEL})*$")
+DNS1035_FORMAT = (
     "a DNS-1035 label must consist of lower case alphanumeric characters or '-', start with an "
-    "alphabetic character, and end with an alphanumeric character"
+    "alphabetic character, and end with an alphanumeric character (e.g. 'my-name',  or "
+    "'abc-123', regex used for validation is '[a-z]([-a-z0-9]*[a-z0-9])?')"
 )
+DNS1123_SUBDOMAIN_FORMAT = (
+    "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or "
+    "'.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used "
+    "for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')"
+)
+# jobset_webhook.go: what replaces "must be no more than 63 characters" per name.
 JOB_NAME_TOO_LONG = (
     "JobSet name is too long, job names generated for this JobSet will exceed 63 characters"
 )
 POD_NAME_TOO_LONG = (
     "JobSet name is too long, pod names generated for this JobSet will exceed 63 characters"
 )
+GROUP_NAME_TOO_LONG = ".spec.replicatedJob[].groupName is too long, must be less than 63 characters"
+SUBDOMAIN_TOO_LONG = ".spec.network.subdomain is too long, must be less than 63 characters"
 # The `name=` of the validating webhook's kubebuilder marker: what the API server's refusal names.
 WEBHOOK = "vjobset.kb.io"
 
 
-def _dns1035_errors(value: str) -> list[str]:
+def _max_len(limit: int) -> str:
+    return f"must be no more than {limit} characters"
+
+
+def _dns1035(value: str) -> list[str]:
+    errors = [_max_len(DNS1035_MAX)] if len(value) > DNS1035_MAX else []
+    return errors + ([] if _DNS1035.match(value) else [DNS1035_FORMAT])
+
+
+def _dns1123_subdomain(value: str) -> list[str]:
+    errors = [_max_len(DNS1123_SUBDOMAIN_MAX)] if len(value) > DNS1123_SUBDOMAIN_MAX else []
+    return errors + ([] if _DNS1123_SUBDOMAIN.match(value) else [DNS1123_SUBDOMAIN_FORMAT])
+
+
+def _invalid(path: str, value: str, detail: str) -> str:
+    """k8s.io/apimachinery pkg/util/validation/field/errors.go: `field.Invalid(...).Error()`."""
+    return f'{path}: Invalid value: "{value}": {detail}'
+
+
+def _as_label(path: str, value: str, too_long: str, reported: str | None = None) -> list[str]:
+    """IsDNS1035Label's errors of `value`, the length one replaced by the webhook's own message,
+    each naming `reported` (default: `value`) as the invalid value."""
+    return [_invalid(path, reported or value, too_long if m == _max_len(DNS1035_MAX) else m)
+            for m in _dns1035(value)]  # fmt: skip
+
+
+def _unmodelled(spec: dict[str, Any]) -> list[str]:
+    found = [key for key in ("coordinator", "volumeClaimPolicies") if spec.get(key)]
+    if (spec.get("failurePolicy") or {}).get("rules"):
+        found.append("failurePolicy.rules")
+    if any(rjob.get("dependsOn") for rjob in spec["replicatedJobs"]):
+        found.append("dependsOn")
+    return found
+
+
+def validate_create(jobset: dict[str, Any]) -> list[str]:
+    """The field errors `ValidateCreate` finds in the names of `jobset` (after `Default`)."""
+    name, spec = jobset["metadata"]["name"], jobset["spec"]
+    if unmodelled := _unmodelled(spec):
+        raise NotImplementedError(f"the test cluster's JobSet webhook does not check {unmodelled}")
     errors = []
-    if len(value) > DNS1035_MAX:
-        errors.append(f"must be no more than {DNS1035_MAX} characters")
-    if not _DNS1035.match(value):
-        errors.append(_DNS1035_FORMAT)
+    if subdomain := (spec.get("network") or {}).get("subdomain"):
+        path = "spec.network.subdomain"
+        errors += [_invalid(path, subdomain, m) for m in _dns1123_subdomain(subdomain)]
+        errors += _as_label(path, subdomain, SUBDOMAIN_TOO_LONG)
+    for i, rjob in enumerate(spec["replicatedJobs"]):
+        path = f"spec.replicatedJobs[{i}]"
+        errors += _as_label(f"{path}.groupName", rjob.get("groupName", "default"),
+                            GROUP_NAME_TOO_LONG)  # fmt: skip
+        replicas = int(rjob.get("replicas", 1))
+        longest_job = f"{name}-{rjob['name']}-{replicas - 1}"
+        errors += _as_label(f"{path}.name", longest_job, JOB_NAME_TOO_LONG)
+        job_spec = rjob["template"]["spec"]
+        indexed = job_spec.get("completionMode", "Indexed") == "Indexed"  # mjobset's default
+        if indexed and job_spec.get("completions") is not None:
+            longest_pod = f"{longest_job}-{int(job_spec['completions']) - 1}-abcde"
+            errors += _as_label(f"{path}.name", longest_pod, POD_NAME_TOO_LONG, longest_job)
     return errors
 
 
-def name_errors(jobset: str, rjob: str, replicas: int, completions: int | None) -> list[str]:
-    """What `ValidateCreate` says of the names of one replicatedJob (Indexed, as defaulted)."""
-    errors = []
-    longest_job = f"{jobset}-{rjob}-{replicas - 1}"
-    for message in _dns1035_errors(longest_job):
-        message = JOB_NAME_TOO_LONG if "no more than" in message else message
-        errors.append(f'spec.replicatedJobs[0].name: Invalid value: "{longest_job}": {message}')
-    if completions is not None:
-        longest_pod = f"{longest_job}-{completions - 1}-abcde"
-        for message in _dns1035_errors(longest_pod):
-            message = POD_NAME_TOO_LONG if "no more than" in message else message
-            errors.append(f'spec.replicatedJobs[0].name: Invalid value: "{longest_job}": {message}')
-    return errors
-
-
-def admission_error(jobset: str, rjob: str, num_nodes: int) -> str | None:
-    """The API server's refusal of the JobSet Trainer creates for a TrainJob, or None."""
-    errors = name_errors(jobset, rjob, replicas=1, completions=num_nodes)
+def admission_error(jobset: dict[str, Any]) -> str | None:
+    """The API server's refusal of `jobset` (the error Trainer's Apply returns), or None."""
+    # k8s.io/apimachinery field.ErrorList.ToAggregate drops repeated messages; an aggregate of
+    # one is that error, of more `[a, b]` (util/errors/errors.go).
+    errors = list(dict.fromkeys(validate_create(jobset)))
     if not errors:
         return None
-    return f'admission webhook "{WEBHOOK}" denied the request: {"; ".join(errors)}'
+    aggregate = errors[0] if len(errors) == 1 else f"[{', '.join(errors)}]"
+    invalid = f'JobSet.jobset.x-k8s.io "{jobset["metadata"]["name"]}" is invalid: {aggregate}'
+    return f'admission webhook "{WEBHOOK}" denied the request: {invalid}'

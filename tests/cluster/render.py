@@ -38,6 +38,9 @@ class Rendered:
     backoff_limit: int
     max_restarts: int | None
     """JobSet failurePolicy.maxRestarts; None: no failurePolicy (the first failed Job fails all)."""
+    jobset: dict[str, Any]
+    """The JobSet object the Trainer applies: named after the TrainJob, the runtime's template
+    spec with the replicatedJob above (what JobSet's webhook judges, cluster/jobset_webhook.py)."""
 
     @property
     def master_addr(self) -> str:
@@ -142,6 +145,18 @@ def render(trainjob: dict[str, Any], runtime: dict[str, Any]) -> Rendered:
     # kubernetes-sigs/jobset api/jobset/v1alpha2/jobset_types.go: failurePolicy.maxRestarts
     # (0 when the policy is set without it); no failurePolicy: any failed Job fails the JobSet.
     failure_policy = runtime["spec"]["template"]["spec"].get("failurePolicy")
+    # kubeflow/trainer v2.3.0 plugins/jobset/builder.go (Trainer): one replica of the trainer Job;
+    # plugins/jobset/jobset.go (SyncParallelCount): its parallelism and completions are the
+    # trainer PodSet's count, numNodes.
+    rjob["replicas"] = 1
+    job_spec["parallelism"] = job_spec["completions"] = num_nodes
+    meta = trainjob["metadata"]
+    jobset = {
+        "apiVersion": "jobset.x-k8s.io/v1alpha2",
+        "kind": "JobSet",
+        "metadata": {"name": meta["name"], "namespace": meta["namespace"]},
+        "spec": {**copy.deepcopy(runtime["spec"]["template"]["spec"]), "replicatedJobs": [rjob]},
+    }
     return Rendered(
         name=trainjob["metadata"]["name"],
         namespace=trainjob["metadata"]["namespace"],
@@ -150,4 +165,5 @@ def render(trainjob: dict[str, Any], runtime: dict[str, Any]) -> Rendered:
         pod_spec=pod_spec,
         backoff_limit=int(job_spec.get("backoffLimit", DEFAULT_BACKOFF_LIMIT)),
         max_restarts=None if failure_policy is None else int(failure_policy.get("maxRestarts", 0)),
+        jobset=jobset,
     )
