@@ -158,7 +158,10 @@ class Kubelet:
         """`claims`: the bound PVCs by (namespace, name)."""
         self.logs, self.node_env = logs, node_env
         self.claims: dict[tuple[str, str], Claim] = {}
-        self.events = EventRecorder(logs, "kubelet")
+        # Who says why a pod waits: the scheduler (tools/events, as Trainer) and the
+        # attach-detach controller (its older core/v1 recorder's count is not modelled).
+        self.scheduler = EventRecorder(logs, "default-scheduler")
+        self.attach_detach = EventRecorder(logs, "attachdetach-controller")
         for (namespace, name), claim in claims.items():
             self.bind(namespace, name, claim)
         self.rotation = rotation
@@ -232,16 +235,17 @@ class Kubelet:
         claims = tuple(f"{plan.namespace}/{c}" for c in _claims(plan))
         pending = ""
         if isinstance(mounts, str):  # unschedulable
-            pending, reason = mounts, "FailedScheduling"
+            pending, recorder, reason, action = mounts, self.scheduler, "FailedScheduling", \
+                "Scheduling"  # fmt: skip
         else:
             with self._lock:
                 pending = next(filter(None, (
                     self._attach_error(plan.namespace, c, f"machine-{index}")
                     for c in _claims(plan))), "")  # fmt: skip
-            reason = "FailedAttachVolume"
+            recorder, reason, action = self.attach_detach, "FailedAttachVolume", "Attaching"
         if pending:  # the container never starts: a process that waits stands in for the pod
-            self.events.record({"metadata": meta, "apiVersion": "v1"}, "Pod", "Warning", reason,
-                               pending)  # fmt: skip
+            pod_ref = {"kind": "Pod", "apiVersion": "v1", "metadata": meta}
+            recorder.eventf(pod_ref, "Warning", reason, action, pending)
             mounts, argv = {}, [sys.executable, "-c", "import signal; signal.pause()"]
         else:
             argv = [_remap(a, mounts) for a in plan.container.get("command", []) +
