@@ -1,7 +1,7 @@
 """`python -m gpt <stage> [--flag value ...]`: the single command line for every stage.
 
 The stages are gpt/stages.py's table; a stage's flags are its config's fields (gpt/config.py),
-parsed by gpt/cli.py. Bad input ends with one line on stderr and exit code 2.
+parsed by gpt/cli.py. Bad input ends with one line on stderr and exit status 2 (gpt/errors.py EXIT_FATAL).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import sys
 
 from gpt import runlock
 from gpt.cli import parse_config
-from gpt.errors import InputError
+from gpt.errors import EXIT_FATAL, InputError
 from gpt.orphans import die_with_parent
 from gpt.stages import STAGES
 
@@ -42,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
         # ValueError comes from a config's validation, InputError from a stage refusing its
         # input; any other exception is a bug and keeps its traceback.
         print(f"{stage.prog}: error: {e}", file=sys.stderr)
-        return 2
+        return EXIT_FATAL
     return 0
 
 

@@ -1,10 +1,20 @@
-"""The one exception type for bad input from a person or an earlier stage."""
+"""The one exception type for bad input from a person or an earlier stage, and the exit statuses
+every stage shares."""
 
 from __future__ import annotations
 
+EXIT_FATAL = 2
+"""Bad input, a diverged loss, a busy run: the same command would fail the same way again. The
+train runtime's Job fails at once on it (runtimes/gpt-train-gpt.yaml, podFailurePolicy), where
+another failure restarts the JobSet. argparse exits 2 on a bad flag, too."""
+EXIT_STOPPED = 75
+"""Stopped by a signal (SIGTERM, SIGINT) after writing a checkpoint: running the same command
+again resumes there. 75 is EX_TEMPFAIL of sysexits.h: "try again later"."""
+
 
 class InputError(Exception):
-    """Bad input: reported by the CLI as one line naming the input and the reason, exit code 2.
+    """Bad input: reported by the CLI as one line naming the input and the reason, exit status
+    EXIT_FATAL.
 
     Raise it (or `ValueError` from a config's `__post_init__`) before anything is written, so a
     failed stage leaves nothing half-written behind.
