@@ -1,7 +1,8 @@
 """`python -m gpt <stage> [--flag value ...]`: the single command line for every stage.
 
 The stages are gpt/stages.py's table; a stage's flags are its config's fields (gpt/config.py),
-parsed by gpt/cli.py. Bad input ends with one line on stderr and exit status 2 (gpt/errors.py EXIT_FATAL).
+parsed by gpt/cli.py. Bad input ends with one line on stderr and exit status EXIT_FATAL (2); a
+stage stopped by SIGTERM at a checkpoint exits EXIT_STOPPED (gpt/errors.py).
 """
 
 from __future__ import annotations
@@ -11,9 +12,10 @@ import sys
 
 from gpt import runlock
 from gpt.cli import parse_config
-from gpt.errors import EXIT_FATAL, InputError
+from gpt.errors import EXIT_FATAL, EXIT_STOPPED, InputError
 from gpt.orphans import die_with_parent
 from gpt.stages import STAGES
+from gpt.stopping import Stopped
 
 USAGE = "usage: python -m gpt <stage> [--help] [flags]\n\nstages:\n" + "".join(
     f"  {name:<18} {stage.summary}\n" for name, stage in STAGES.items()
@@ -43,6 +45,10 @@ def main(argv: list[str] | None = None) -> int:
         # input; any other exception is a bug and keeps its traceback.
         print(f"{stage.prog}: error: {e}", file=sys.stderr)
         return EXIT_FATAL
+    except Stopped as e:
+        if os.environ.get("RANK", "0") == "0":
+            print(f"{stage.prog}: {e}", file=sys.stderr)
+        return EXIT_STOPPED
     return 0
 
 

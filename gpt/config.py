@@ -186,6 +186,10 @@ class TrainConfig(ModelConfig, RunConfig):
     first)."""
     ckpt_interval: int = 500
     """Write a checkpoint every this many steps (and at the end)."""
+    ckpt_interval_s: float = 300.0
+    """Also write one when this many seconds of training passed since the last (rank 0's clock;
+    0: steps only), so a run killed without warning loses minutes, not hours. When checkpoints
+    are written never changes the weights. A SIGTERM writes one too (gpt/stopping.py)."""
     keep_last: int = 2
     """Keep the newest this many checkpoints."""
     resume: Literal["auto", "never", "require"] = "auto"
@@ -221,6 +225,9 @@ class TrainConfig(ModelConfig, RunConfig):
             )
         if not self.time_budget >= 0:
             raise ValueError(f"--time_budget {self.time_budget}: must be >= 0 (0 = no limit)")
+        if not self.ckpt_interval_s >= 0:
+            raise ValueError(f"--ckpt_interval_s {self.ckpt_interval_s}: must be >= 0 "
+                             "(0 = steps only)")
         if not self.learning_rate > 0:
             raise ValueError(f"--learning_rate {self.learning_rate}: must be > 0")
         if not 0 <= self.min_lr <= self.learning_rate:

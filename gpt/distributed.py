@@ -26,6 +26,9 @@ class World:
     size: int = 1
     local_size: int = 1
     device: torch.device = torch.device("cpu")
+    host_group: Any = None
+    """A gloo group for the host-side decisions (`agree`) when the default group is NCCL; None:
+    the default group is gloo already."""
 
     @property
     def is_main(self) -> bool:
@@ -50,6 +53,15 @@ class World:
         t = torch.tensor([value], dtype=torch.float64, device=self.device)
         dist.broadcast(t, src=0)
         return t.item()
+
+    def agree(self, flags: list[bool]) -> list[bool]:
+        """Each flag True on every rank if it is True on any rank: for decisions all ranks take
+        together at one step. Host tensors over gloo, so it never waits for the device."""
+        if not self.distributed:
+            return flags
+        t = torch.tensor(flags, dtype=torch.int32)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX, group=self.host_group)
+        return [bool(v) for v in t.tolist()]
 
     def gather_json(self, obj: Any) -> list[Any]:
         """Every rank's JSON-able `obj`, in rank order. Sent as JSON text, not pickles
@@ -99,6 +111,9 @@ def setup(device: str) -> World:
             world_size=world_size,
             device_id=dev if dev.type == "cuda" else None,
         )
+        if dev.type == "cuda":
+            host_group = dist.new_group(backend="gloo")
+            return World(rank, local_rank, world_size, local_size, dev, host_group)
     return World(rank, local_rank, world_size, local_size, dev)
 
 

@@ -36,6 +36,7 @@ from gpt.errors import InputError
 from gpt.export import save_export
 from gpt.model import GPT
 from gpt.stages import TRAIN_GPT, to_args
+from gpt.stopping import Stopped, StopRequest
 
 # Dense bf16 peak FLOP/s, for MFU. A GPU not listed shows no MFU rather than a wrong one.
 PEAK_FLOPS = {"H100 PCIe": 756e12, "H100": 989e12, "H200": 989e12, "A100": 312e12, "L4": 121e12}
@@ -100,8 +101,10 @@ def _duration(seconds: float) -> str:
 
 
 class Trainer:
-    def __init__(self, cfg: TrainConfig, world: World) -> None:
+    def __init__(self, cfg: TrainConfig, world: World, stop: StopRequest | None = None) -> None:
         self.cfg, self.world, self.run = cfg, world, cfg.rundir
+        self.stop = stop or StopRequest(TRAIN_GPT.prog)
+        """Noted signals; `fit` answers one at the next step end (gpt/stopping.py)."""
         self.device = world.device
         self.data = TokenData.load(self.run)
         self.data.check_block_size(cfg.block_size)
@@ -220,7 +223,10 @@ class Trainer:
                      f"{_duration(st.elapsed_s)} trained so far")
         start, start_elapsed = time.perf_counter(), st.elapsed_s
         self._mark = (start, st.step)
+        self._saved_at = start
         last_val: dict[str, float] | None = None
+        if self.world.agree([self.stop.requested])[0]:  # asked before training began
+            raise Stopped(f"stopped by {self._signal_name()} before training; nothing new to save")
         while not self.done():
             lr = lr_at(cfg, st.step)
             loss = self._train_step(lr)
@@ -233,7 +239,8 @@ class Trainer:
             # Step 1 too: after a long compile, the first line says training runs, and how fast.
             log_due = st.step % cfg.log_interval == 0 or st.step == 1
             eval_due = st.step % cfg.eval_interval == 0 or self.done()
-            checkpoint_due = st.step % cfg.ckpt_interval == 0 or self.done()
+            stop, clock_due = self.world.agree([self.stop.requested, self._clock_due()])
+            checkpoint_due = st.step % cfg.ckpt_interval == 0 or self.done() or clock_due or stop
             if log_due or eval_due or checkpoint_due:
                 self.divergence.check()  # before anything of this step is written
             record: dict[str, Any] = {}
@@ -246,10 +253,25 @@ class Trainer:
                              {"step": st.step, "elapsed_s": st.elapsed_s, **record})
             if checkpoint_due:
                 self._save()
+            if stop and not self.done():
+                raise Stopped(
+                    f"stopped by {self._signal_name()} at step {st.step} of {cfg.max_iters}, "
+                    f"checkpoint written; run the same command to resume"
+                )
         if last_val is None:  # nothing left to train: a restart after the end re-exports
             last_val = self.evaluate()
         if world.is_main:
             self._finish(last_val)
+
+    def _clock_due(self) -> bool:
+        """Whether ckpt_interval_s passed since the last checkpoint, by this rank's clock (the
+        ranks then `agree`: a rank whose clock says so speaks for all)."""
+        interval = self.cfg.ckpt_interval_s
+        return self.world.is_main and 0 < interval <= time.perf_counter() - self._saved_at
+
+    def _signal_name(self) -> str:
+        # Every rank stops when any rank was signalled; name the signal where it is known.
+        return self.stop.signal.name if self.stop.signal else "a signal to another rank"
 
     def _train_step(self, lr: float) -> torch.Tensor:
         """One optimizer step on this rank's share of the step's windows; returns its mean loss."""
@@ -334,7 +356,8 @@ class Trainer:
             path = checkpoint.save(self.run, self.state.step, self.model, self.optimizer, state,
                                    rngs, self.cfg.keep_last)
             self.log(f"saved checkpoint {path.name}")
-        self._mark = (time.perf_counter(), self.state.step)
+        self._saved_at = time.perf_counter()
+        self._mark = (self._saved_at, self.state.step)
 
     def _finish(self, val: dict[str, float]) -> None:
         cfg, st, run = self.cfg, self.state, self.run
@@ -362,9 +385,11 @@ class Trainer:
 
 
 def main(cfg: TrainConfig) -> None:
-    """The stage: set up this process's place among the ranks, train, tear down."""
-    world = distributed.setup(cfg.device)
-    try:
-        Trainer(cfg, world).fit()
-    finally:
-        distributed.teardown(world)
+    """The stage: set up this process's place among the ranks, train, tear down. A SIGTERM or
+    SIGINT from here on stops training at a checkpoint (`Stopped`)."""
+    with StopRequest(TRAIN_GPT.prog) as stop:
+        world = distributed.setup(cfg.device)
+        try:
+            Trainer(cfg, world, stop).fit()
+        finally:
+            distributed.teardown(world)

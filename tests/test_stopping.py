@@ -1,0 +1,130 @@
+"""SIGTERM is a checkpoint, not a loss (gpt/stopping.py): on one machine, one process and torchrun.
+
+The cluster's side (the signal reaching the trainer in a pod, the Job's failure policy) is
+tests/test_cluster_stop.py.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import re
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+from train_fixtures import ONE_THREAD, TINY, train, write_data
+
+from gpt.errors import EXIT_FATAL, EXIT_STOPPED
+from gpt.rundir import RunDir
+from gpt.stages import TRAIN_GPT
+from gpt.stopping import StopRequest
+
+# Long enough to be signalled mid-run, short enough for CI: a few seconds of a tiny model.
+FLAGS = ["--max_iters", "1500", "--ckpt_interval", "500", "--eval_interval", "500",
+         "--log_interval", "50"]
+
+
+def _weights(run: RunDir) -> dict[str, torch.Tensor]:
+    return load_file(run.model_dir / "model.safetensors")
+
+
+def _same_weights(a: RunDir, b: RunDir) -> bool:
+    wa, wb = _weights(a), _weights(b)
+    return wa.keys() == wb.keys() and all(torch.equal(wa[k], wb[k]) for k in wa)
+
+
+def _command(root: Path, run: str, nproc: int) -> list[str]:
+    torchrun = None
+    if nproc > 1:
+        torchrun = [sys.executable, "-m", "gpt.torchrun", "--standalone",
+                    "--nproc_per_node", str(nproc)]
+    return TRAIN_GPT.command(["--root", str(root), "--run", run, *TINY, *FLAGS],
+                             python=[sys.executable], torchrun=torchrun)
+
+
+def _signal_mid_run(root: Path, run: str, nproc: int, after_step: int) -> tuple[int, str]:
+    """Start the run, SIGTERM it once its log shows step `after_step`; its status and log."""
+    proc = subprocess.Popen(_command(root, run, nproc), stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, env={**os.environ, **ONE_THREAD})
+    lines = []
+    for line in proc.stdout:
+        lines.append(line)
+        m = re.match(r"step\s+(\d+)/", line)
+        if m and int(m.group(1)) >= after_step:
+            proc.send_signal(signal.SIGTERM)
+            break
+    lines.extend(proc.stdout)
+    return proc.wait(timeout=120), "".join(lines)
+
+
+def test_the_first_signal_is_noted_and_a_second_stops_at_once() -> None:
+    with StopRequest("prog") as stop:
+        assert not stop.requested
+        signal.raise_signal(signal.SIGINT)
+        assert stop.signal == signal.SIGINT
+        with pytest.raises(KeyboardInterrupt):
+            signal.raise_signal(signal.SIGINT)
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("nproc", [1, 2])
+def test_sigterm_writes_a_checkpoint_and_the_rerun_resumes_bit_identical(tmp_path: Path,
+                                                                        nproc: int) -> None:
+    """At random steps, with one process and under torchrun (gpt.torchrun): the status says
+    stopped, LATEST is the step it stopped at (no step after the last logged one is lost), and
+    the same command then ends with the weights of an uninterrupted run."""
+    trials = 2 if nproc == 1 else 1
+    runs = ["whole", *(f"t{i}" for i in range(trials))]
+    for run in runs:
+        write_data(tmp_path, run)
+    whole = subprocess.run(_command(tmp_path, "whole", nproc), capture_output=True, text=True,
+                           env={**os.environ, **ONE_THREAD}, timeout=300)
+    assert whole.returncode == 0, whole.stderr[-2000:]
+    rng = random.Random(nproc)
+    for run in runs[1:]:
+        after = rng.choice(range(50, 1400, 50))
+        status, log = _signal_mid_run(tmp_path, run, nproc, after)
+        assert status == EXIT_STOPPED, log[-2000:]
+        stopped = re.search(r"stopped by SIGTERM at step (\d+) of 1500, checkpoint written", log)
+        assert stopped, log[-2000:]
+        step = int(stopped.group(1))
+        assert step >= after
+        rundir = RunDir.of(tmp_path, run)
+        assert rundir.latest.read_text().strip() == f"step-{step}"
+        assert "Traceback" not in log
+        again = subprocess.run(_command(tmp_path, run, nproc), capture_output=True, text=True,
+                               env={**os.environ, **ONE_THREAD}, timeout=300)
+        assert again.returncode == 0, again.stderr[-2000:]
+        assert f"resumed from step-{step}: step {step}" in again.stdout
+        assert _same_weights(rundir, RunDir.of(tmp_path, "whole")), f"{run} stopped at {step}"
+
+
+def test_checkpoints_by_the_clock_leave_the_weights_unchanged(tmp_path: Path) -> None:
+    """--ckpt_interval_s adds checkpoints as time passes; what is trained stays the same."""
+    for run in ("steps", "clock"):
+        write_data(tmp_path, run)
+    flags = ["--max_iters", "60", "--ckpt_interval", "1000", "--keep_last", "100"]
+    assert train(tmp_path, "steps", *flags, "--ckpt_interval_s", "0") == 0
+    assert train(tmp_path, "clock", *flags, "--ckpt_interval_s", "0.02") == 0
+    steps, clock = RunDir.of(tmp_path, "steps"), RunDir.of(tmp_path, "clock")
+    assert [p.name for p in steps.ckpt_dir.glob("step-*")] == ["step-60"]
+    assert len(list(clock.ckpt_dir.glob("step-*"))) > 2
+    assert _same_weights(steps, clock)
+
+
+@pytest.mark.slow
+def test_a_bad_flag_under_torchrun_exits_fatal_with_one_line(tmp_path: Path) -> None:
+    """torchrun alone would exit 1 with a traceback; the runtime's podFailurePolicy needs 2."""
+    write_data(tmp_path, "r")
+    cmd = _command(tmp_path, "r", 2) + ["--batch_size", "7"]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=120,
+                         env={**os.environ, **ONE_THREAD})
+    assert out.returncode == EXIT_FATAL, out.stderr[-2000:]
+    assert "--batch_size 7: must split evenly over 2 process(es)" in out.stderr
+    assert "torchrun: a worker exited with status 2" in out.stderr
