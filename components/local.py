@@ -26,7 +26,7 @@ from gpt.stages import Stage
 def command(stage: Stage, args: list[str], num_proc_per_node: int = 1) -> list[str]:
     """The process to start: this interpreter, through torchrun when more than one process."""
     if num_proc_per_node > 1:
-        torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+        torchrun = [sys.executable, "-m", "gpt.torchrun", "--standalone",
                     f"--nproc_per_node={num_proc_per_node}"]
         return stage.command(args, torchrun=torchrun)
     return stage.command(args, python=[sys.executable])

@@ -2,8 +2,9 @@
 
 On a cluster the step may not mount the PVC the stage writes to, but it may read pod logs: so
 the TrainJob's container runs the stage, then prints the files the component turns into KFP
-artifacts, base64-encoded between two marker lines (`emit_script`), and the component reads them
-back from the pod's log (`CarriedFiles`, `files_from_log`). The format is this module's alone.
+artifacts, base64-encoded between two marker lines (`container_command`), and the component
+reads them back from the pod's log (`CarriedFiles`, `files_from_log`). The format is this
+module's alone.
 
 What is carried is bounded, so that it fits well inside one file of the kubelet's log rotation
 (10 MiB by default): a `.jsonl` file of more than CARRY_MAX_RECORDS records is thinned to that
@@ -12,7 +13,8 @@ and the whole file stays in the run directory. Each block names its size and sha
 cut or thinned by the log's path arrives whole or not at all.
 
 The pod has Python (the workload image runs the stages with it) but not this package: it runs
-this module's own source (`python3 -`, the `__main__` block at the end), stdlib only.
+this module's own source (`python3 -c`, the `__main__` block at the end), stdlib only, as the
+container's first process, which also passes SIGTERM on to the stage (`supervise`).
 """
 
 from __future__ import annotations
@@ -20,8 +22,10 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
+import os
 import re
-import shlex
+import signal
+import subprocess
 import sys
 from collections.abc import Iterable
 from pathlib import Path
@@ -38,24 +42,46 @@ MARKER = "gpt-trainjobs"
 BEGIN = f"==> {MARKER} file {{}} {{}} sha256:{{}} <=="
 END = f"<== {MARKER} end <=="
 _BEGIN_LINE = re.compile(rf"^==> {MARKER} file (\S+) (\d+) sha256:([0-9a-f]{{64}}) <==$")
-# The end of the heredoc that feeds this module to the pod's Python.
-_HEREDOC = "GPT_TRAINJOBS_CARRY"
 
 
-def emit_script(rundir: str, files: Iterable[str]) -> str:
-    """Shell that runs the stage (`"$@"`), then prints `files` of `rundir` as carried blocks.
+def container_command(rundir: str, files: Iterable[str]) -> list[str]:
+    """The container's command: this module's source as the pod's first process, which runs the
+    stage (the TrainJob's args) as its child (`supervise`), then prints `files` of `rundir` as
+    carried blocks.
 
     Only node 0 prints (PET_NODE_RANK is set by the Trainer's torch policy); a missing file is
     skipped, not an error, so a stage that legitimately writes nothing still succeeds.
     """
-    source = Path(__file__).read_text()
-    assert _HEREDOC not in source.splitlines()  # it would end the heredoc early
-    args = shlex.join([rundir, *files])
-    return (
-        '"$@" || exit $?\n'
-        '[ "${PET_NODE_RANK:-0}" = 0 ] || exit 0\n'
-        f"exec python3 - {args} <<'{_HEREDOC}'\n{source}{_HEREDOC}\n"
-    )
+    return ["python3", "-c", Path(__file__).read_text(), rundir, *files, "--"]
+
+
+def supervise(program: list[str]) -> int:
+    """Run `program` as this process's child and return its status (signal N: 128 + N),
+    passing SIGTERM on.
+
+    In a pod this process is the container's first, PID 1: the kubelet sends SIGTERM to it
+    alone, and the kernel drops a signal that PID 1 has no handler for, so without this the
+    stage would never hear of a deletion, a drain or a preemption, and would be SIGKILLed
+    when the grace period ends, its checkpoint unwritten. SIGINT (Ctrl-C on the prompt pod's
+    TTY) goes to the whole foreground process group, the stage included: here it is only kept
+    from ending the first process.
+    """
+    child: subprocess.Popen | None = None
+    early: list[int] = []
+
+    def forward(signum: int, frame: object) -> None:
+        if child is None:
+            early.append(signum)
+        else:
+            child.send_signal(signum)
+
+    signal.signal(signal.SIGTERM, forward)
+    signal.signal(signal.SIGINT, lambda signum, frame: None)
+    child = subprocess.Popen(program)  # a signal caught meanwhile is sent once it exists
+    for signum in early:
+        child.send_signal(signum)
+    status = child.wait()
+    return 128 - status if status < 0 else status
 
 
 def thin(lines: list[bytes], limit: int) -> list[bytes]:
@@ -142,7 +168,7 @@ class CarriedFiles:
 
 
 def files_from_log(log: str) -> dict[str, bytes]:
-    """The files `emit_script` printed into `log` whole (the last copy of each wins)."""
+    """The files `container_command` printed into `log` whole (the last copy of each wins)."""
     reader = CarriedFiles()
     for line in log.splitlines():
         reader.feed(line)
@@ -161,5 +187,9 @@ def tail(log: str) -> str:
     return "\n".join(visible(log).splitlines()[-LOG_TAIL_LINES:])
 
 
-if __name__ == "__main__":  # in the pod: python3 - RUNDIR FILE...
-    carry(Path(sys.argv[1]), sys.argv[2:])
+if __name__ == "__main__":  # in the pod: python3 -c SOURCE RUNDIR FILE... -- PROGRAM...
+    dash = sys.argv.index("--")
+    status = supervise(sys.argv[dash + 1 :])
+    if status == 0 and os.environ.get("PET_NODE_RANK", "0") == "0":
+        carry(Path(sys.argv[1]), sys.argv[2:dash])
+    sys.exit(status)

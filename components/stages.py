@@ -111,16 +111,18 @@ def run_stage(
 
     from components import launcher
     from components.claims import check_multi_node
-    from components.stagelog import emit_script
+    from components.stagelog import container_command
 
     # torchrun takes --nnodes, --nproc_per_node, --node_rank, --master_addr/port from the PET_*
-    # variables the Trainer's torch policy sets from numNodes and numProcPerNode.
-    program = stage.command(args, torchrun=["torchrun"] if stage.distributed else None)
+    # variables the Trainer's torch policy sets from numNodes and numProcPerNode; gpt.torchrun is
+    # torchrun exiting with its workers' status, which the train runtime's failure policy reads.
+    torchrun = ["python", "-m", "gpt.torchrun"] if stage.distributed else None
+    program = stage.command(args, torchrun=torchrun)
     spec = launcher.TrainJobSpec(
         stage=stage.name,
         runtime=stage.runtime,
         image=image,
-        command=["sh", "-c", emit_script(str(rundir.path), rels), stage.name],
+        command=container_command(str(rundir.path), rels),
         args=program,
         env={"PYTHONUNBUFFERED": "1"},
         placement=placement,

@@ -31,7 +31,7 @@ from components.stagelog import (
     CARRY_MAX_RECORDS,
     CarriedFiles,
     carry,
-    emit_script,
+    container_command,
     files_from_log,
     thin,
 )
@@ -156,7 +156,7 @@ def stand_in(tmp_path: Path, program: str, name: str = "train-gpt") -> TrainJobS
     carrying the train stage's files of run `r` back as the component does."""
     return TrainJobSpec(
         stage=name, runtime="gpt-train-gpt", image="gpt-workload:test",
-        command=["sh", "-c", emit_script("/gpt/r", TRAIN_FILES), name],
+        command=container_command("/gpt/r", TRAIN_FILES),
         args=["python3", "-c", program], env={"PYTHONUNBUFFERED": "1"},
         placement=Placement(timeout=120),
     )  # fmt: skip

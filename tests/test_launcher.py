@@ -17,7 +17,7 @@ from apiserver import Controller, condition, namespace
 from components import launcher, podlogs
 from components.launcher import GROUP, PLURAL, VERSION, TrainJobSpec
 from components.placement import Placement
-from components.stagelog import LOG_TAIL_LINES, emit_script, files_from_log
+from components.stagelog import LOG_TAIL_LINES, container_command, files_from_log
 from gpt.stages import STAGES
 
 RFC1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
@@ -80,10 +80,9 @@ def test_files_come_back_through_the_log_of_a_real_shell(tmp_path):
     png = bytes(range(256)) * 300  # binary, many base64 lines
     (run / "metrics" / "loss.png").write_bytes(png)
     (run / "metrics" / "train.jsonl").write_text('{"step": 0}\n')
-    script = emit_script(str(run), ["metrics/loss.png", "metrics/train.jsonl", "nope.txt"])
+    command = container_command(str(run), ["metrics/loss.png", "metrics/train.jsonl", "nope.txt"])
     out = subprocess.run(
-        ["sh", "-c", script, "stage", "echo", "training output"],
-        capture_output=True, text=True, check=True,
+        [*command, "echo", "training output"], capture_output=True, text=True, check=True,
     )  # fmt: skip
     assert out.stdout.startswith("training output\n")
     files = files_from_log(out.stdout)
@@ -94,16 +93,16 @@ def test_files_come_back_through_the_log_of_a_real_shell(tmp_path):
 
 def test_failing_stage_keeps_its_exit_code_and_prints_nothing(tmp_path):
     (tmp_path / "f").write_text("x")
-    script = emit_script(str(tmp_path), ["f"])
-    out = subprocess.run(["sh", "-c", script, "stage", "sh", "-c", "exit 3"], capture_output=True)
+    command = container_command(str(tmp_path), ["f"])
+    out = subprocess.run([*command, "sh", "-c", "exit 3"], capture_output=True)
     assert out.returncode == 3 and b"gpt-trainjobs file" not in out.stdout
 
 
 def test_only_node_zero_prints_files(tmp_path):
     (tmp_path / "f").write_text("x")
-    script = emit_script(str(tmp_path), ["f"])
+    command = container_command(str(tmp_path), ["f"])
     out = subprocess.run(
-        ["sh", "-c", script, "stage", "true"], capture_output=True, text=True,
+        [*command, "true"], capture_output=True, text=True,
         env={"PET_NODE_RANK": "1", "PATH": "/usr/bin:/bin"},
     )  # fmt: skip
     assert files_from_log(out.stdout) == {}

@@ -114,12 +114,13 @@ def pod(custom_api, tmp_path, monkeypatch):
             trainer = custom_api.get_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, name)[
                 "spec"
             ]["trainer"]
-            sh, flag, script, argv0 = trainer["command"]
-            assert (sh, flag) == ("sh", "-c")
+            python, flag, source, *carried = trainer["command"]
+            assert (python, flag, carried[-1]) == ("python3", "-c", "--")
             # The stage itself is not run (no image here): `true` stands in for it.
+            carried = [a.replace("/gpt/", f"{root}/") for a in carried]
             out = subprocess.run(
-                [sh, flag, script.replace("/gpt/", f"{root}/"), argv0, "true"],
-                capture_output=True, text=True, check=True,
+                [python, flag, source, *carried, "true"], capture_output=True, text=True,
+                check=True,
             )  # fmt: skip
             return out.stdout
 
@@ -142,7 +143,7 @@ CASES = {
         train_gpt,
         dict(run="run-1", n_layer=2, max_iters=30, warmup_iters=5, num_proc_per_node=2),
         "gpt-train-gpt",
-        ["torchrun", "-m", "gpt", "--", "train-gpt"],
+        ["python", "-m", "gpt.torchrun", "-m", "gpt", "--", "train-gpt"],
     ),
     "generative-prompt": (
         generative_prompt,
