@@ -76,11 +76,11 @@ PRINT_ENV = (
 )
 
 
-def spec(runtime_name: str, nodes: int, env: dict | None = None) -> TrainJobSpec:
+def spec(runtime_name: str, nodes: int, env: dict | None = None, **placement) -> TrainJobSpec:
     return TrainJobSpec(
         stage="torch-distributed", runtime=runtime_name, image="pytorch/pytorch:2.13.0",
         command=["python", "-c", PRINT_ENV], env=env or {},
-        placement=Placement(num_nodes=nodes, timeout=60),
+        placement=Placement(num_nodes=nodes, timeout=60, **placement),
     )  # fmt: skip
 
 
@@ -240,8 +240,8 @@ def test_a_trainjob_whose_jobset_is_refused_fails_the_step_with_the_event_and_is
     ns = trainer_cluster.namespace
     began = time.monotonic()
     with pytest.raises(launcher.TrainJobStuck) as err:
-        launcher.launch(spec("torch-distributed", 1), ns, KFP_RUN_ID, say=lambda _: None,
-                        start_grace=2)  # fmt: skip
+        launcher.launch(spec("torch-distributed", 1, start_timeout=2), ns, KFP_RUN_ID,
+                        say=lambda _: None)  # fmt: skip
     assert time.monotonic() - began < 15  # the grace, not the 60 s timeout
     message = str(err.value)
     assert "\n" not in message
