@@ -283,3 +283,35 @@ def test_a_trainjob_whose_jobset_runs_outlives_the_grace_before_its_pods_appear(
                               pods=NoPods(), events=NoEvents(), on_update=running,
                               say=lambda _: None)  # fmt: skip
     assert outcome.elapsed_s > 2 and ctl.error is None
+
+
+class Listed:
+    """A `PodLogs` listing the given pods."""
+
+    def __init__(self, *pods):
+        self.listed = list(pods)
+
+    def refs(self, ns, trainjob):
+        return self.listed
+
+
+def startup(pods, grace=60) -> launcher._Startup:
+    return launcher._Startup("ns", "j", "u", pods, NoEvents(), grace, time.monotonic() + grace)
+
+
+def test_each_pod_has_its_own_grace_from_its_creation():
+    now = time.time()
+    # A JobSet restart: attempt 0's pod ran long ago; attempt 1's, just made, waits its turn.
+    restarted = startup(Listed(podlogs.PodRef("j-node-0-0-new", 1, created=now, phase="Pending"),
+                               podlogs.PodRef("j-node-0-0-old", 0, created=now - 600,
+                                              phase="Failed")))  # fmt: skip
+    restarted.check({})
+    # The next look is when the new pod's grace ends.
+    assert 55 < restarted.next_check - time.monotonic() <= 60
+    # The same pod, Pending since longer than the grace, is stuck, with why its status says.
+    stuck = startup(Listed(podlogs.PodRef("j-node-0-0-new", 1, created=now - 61, phase="Pending",
+                                          waiting="ContainerCreating")))  # fmt: skip
+    with pytest.raises(launcher.TrainJobStuck, match=(
+            "TrainJob ns/j's pod j-node-0-0-new is still Pending 60 s after its creation: "
+            "ContainerCreating$")):  # fmt: skip
+        stuck.check({})

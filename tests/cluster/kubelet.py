@@ -228,7 +228,8 @@ class _ImagePull(threading.Thread):
     pkg/kubelet/kuberuntime/kuberuntime_container.go (startContainer) adds Warning `Failed`
     `Error: <reason>` each time. The CRI error is containerd's for a tag the registry does not
     have (internal/cri/server/images/image_pull.go, core/remotes/docker/resolver.go), as a gRPC
-    NotFound status.
+    NotFound status. The kubelet's core/v1 recorder keeps Events of one reason with other
+    messages apart; the recorder here (tools/events) folds them into the first one's series.
     """
 
     def __init__(self, kubelet: Kubelet, pod_ref: dict[str, Any], status: _Status) -> None:
