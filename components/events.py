@@ -20,19 +20,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
 
-from components.podlogs import LOG_DIR_ENV
+# MissingPermission is defined beside the pods, which this module builds on; it is one error
+# for every 403 a step meets (pods, events, persistentvolumeclaims).
+from components.podlogs import LOG_DIR_ENV, MissingPermission
 
 EVENTS_DIR = ".events"
-
-
-class MissingPermission(PermissionError):
-    """The step's service account may not do what the step needs (a 403), said in one line."""
-
-    def __init__(self, verb: str, resource: str, namespace: str) -> None:
-        super().__init__(
-            f"the step's service account may not {verb} {resource} in namespace {namespace} "
-            f"(403 Forbidden): grant it (see manifests/) and run again"
-        )
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ def generative_prompt(
     workload_image: str = "",
     namespace: str = "",
     timeout: float = 3600,
+    start_timeout: float = 120,
 ):
     """Run `python -m gpt generative-prompt` (in a TrainJob on runtime gpt-generative-prompt, or
     locally).
@@ -44,6 +45,8 @@ def generative_prompt(
         namespace: Namespace of the TrainJob; empty: the step's own (its pod's namespace).
         timeout: Seconds before the TrainJob is deleted and the step fails (keep it above
             idle_timeout).
+        start_timeout: Seconds a TrainJob may go without a pod, and each pod may stay Pending
+            (unschedulable, image not pulled), before the step fails with the reason.
     """
     from components.artifacts import transcript_markdown
     from components.attach import attach_hint
@@ -65,7 +68,7 @@ def generative_prompt(
             seed=seed,
             idle_timeout=idle_timeout or None,
         ),
-        Placement(timeout=timeout),
+        Placement(timeout=timeout, start_timeout=start_timeout),
         backend=backend,
         image=workload_image,
         namespace=namespace,

@@ -27,7 +27,7 @@ from components.events import Events
 from components.events import from_environment as events_from_environment
 from components.logfollow import LogFollower
 from components.placement import Placement
-from components.podlogs import PodLogs, from_environment, node0_log
+from components.podlogs import PodLogs, PodRef, from_environment, node0_log
 from components.stagelog import LOG_TAIL_LINES, tail
 
 GROUP = "trainer.kubeflow.org"
@@ -39,10 +39,6 @@ STAGE_LABEL = "gpt-trainjobs/stage"
 PART_OF = {"app.kubernetes.io/part-of": "gpt-trainjobs"}
 # Longest single watch request; the server closes it and we resume from the last version seen.
 WATCH_WINDOW_S = 300
-# A TrainJob whose JobSet made no pods this long after its creation fails the step with the
-# reason its Warning Events give: Trainer v2.3 reports a JobSet it could not create only as an
-# Event (pkg/controller/trainjob_controller.go), so nothing else would end the wait.
-START_GRACE_S = 120
 
 _LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$")
 
@@ -56,7 +52,8 @@ class TrainJobTimeout(TimeoutError):
 
 
 class TrainJobStuck(RuntimeError):
-    """The TrainJob made no pods within its start grace; it was deleted. One line: why."""
+    """The TrainJob did not start within `Placement.start_timeout` (no pods, or a pod left
+    Pending); it was deleted. One line: which, and why."""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -179,7 +176,6 @@ def launch(
     events: Events | None = None,
     on_update: Callable[[dict[str, Any]], None] | None = None,
     say: Callable[[str], None] = print,
-    start_grace: float = START_GRACE_S,
 ) -> Outcome:
     """Create the TrainJob for `spec` and follow it to `Complete` (returns) or an error (raises)
     within `spec.placement.timeout` seconds.
@@ -188,7 +184,8 @@ def launch(
     logs are read (default: `podlogs.from_environment()`), `events` where the TrainJob's
     Events are (default: `events.from_environment()`); `on_update` sees every version of the
     TrainJob as it arrives (the prompt stage uses it to find its pod). A TrainJob with no pod
-    `start_grace` seconds after its creation is deleted and raises `TrainJobStuck`.
+    `spec.placement.start_timeout` seconds after its creation, or with a pod still Pending that
+    long after the pod's creation, is deleted and raises `TrainJobStuck`.
     """
     from kubernetes import client
 
@@ -212,9 +209,10 @@ def launch(
         f"{spec.placement.num_nodes} node(s) x {spec.placement.num_proc_per_node} process(es)); "
         f"follow it with: kubectl -n {namespace} get trainjob {name} -w"
     )
+    grace = spec.placement.start_timeout
     startup = _Startup(
         namespace, name, obj["metadata"]["uid"], pods, events or events_from_environment(),
-        start_grace, start + start_grace,
+        grace, start + grace,
     )
     follower = LogFollower(pods, namespace, name, say).start()
     try:
@@ -247,7 +245,10 @@ def launch(
 
 @dataclass
 class _Startup:
-    """Ends the wait for a TrainJob whose JobSet never made a pod (START_GRACE_S)."""
+    """Ends the wait for a TrainJob that does not start within `grace` seconds: one whose
+    JobSet made no pod (counted from the TrainJob's creation, `deadline`), or one with a pod
+    still Pending (counted from that pod's own creation, so the pods of a JobSet restart or a
+    Job's retry get their own grace, never the first attempt's)."""
 
     namespace: str
     name: str
@@ -257,26 +258,53 @@ class _Startup:
     grace: float
     deadline: float
     started: bool = False
+    """The JobSet exists (Trainer's jobsStatus) or made a pod: the no-pod rule is over."""
+    next_check: float = 0.0
+    """When (time.monotonic) a pod may next be stuck, or a new pod may have appeared."""
 
     def check(self, obj: dict[str, Any]) -> None:
-        """Note a start (Trainer's jobsStatus, or a pod); past the deadline without one, raise."""
-        if self.started:
+        """Note a start; raise TrainJobStuck for a TrainJob past its deadline without one, or
+        for a pod Pending `grace` seconds after its creation."""
+        pods = self.pods.refs(self.namespace, self.name)
+        self.started = self.started or bool((obj.get("status") or {}).get("jobsStatus") or pods)
+        now, mono = time.time(), time.monotonic()
+        if not self.started:
+            if mono >= self.deadline:
+                self._stuck(f" made no pods within {self.grace:g} s", self._warning("TrainJob"))
+            self.next_check = self.deadline
             return
-        if (obj.get("status") or {}).get("jobsStatus") or self.pods.pods(self.namespace, self.name):
-            self.started = True
-        elif time.monotonic() >= self.deadline:
-            warnings = self.events.warnings(self.namespace, "TrainJob", self.name, self.uid)
-            why = str(warnings[-1]) if warnings else "no Warning Event on it says why"
-            raise TrainJobStuck(" ".join(
-                f"TrainJob {self.namespace}/{self.name} made no pods within {self.grace:g} s: "
-                f"{why}".split()
-            ))  # fmt: skip
+        # The pod's creation is the API server's clock, `now` this step's: both keep UTC time.
+        pending = [p for p in pods if p.phase == "Pending"]
+        if stuck := next((p for p in pending if now - p.created >= self.grace), None):
+            self._stuck(f"'s pod {stuck.name} is still Pending {self.grace:g} s after its creation",
+                        self._why(stuck))  # fmt: skip
+        # Look again when the oldest Pending pod's grace ends, else within a grace: a restart's
+        # new pods appear without the TrainJob changing.
+        self.next_check = mono + min((p.created + self.grace - now for p in pending),
+                                     default=self.grace)  # fmt: skip
+
+    def _why(self, pod: PodRef) -> str:
+        """The reason its status gives with a message, else its newest Warning Event, else the
+        TrainJob's, else its bare status reason."""
+        if ": " in pod.waiting:
+            return pod.waiting
+        return (self._warning("Pod", pod.name, pod.uid) or self._warning("TrainJob")
+                or pod.waiting or "no status or Warning Event says why")  # fmt: skip
+
+    def _warning(self, kind: str, name: str = "", uid: str = "") -> str:
+        """The newest Warning Event of the TrainJob (or of pod `name`), or ""."""
+        found = self.events.warnings(self.namespace, kind, name or self.name, uid or self.uid)
+        return str(found[-1]) if found else ""
+
+    def _stuck(self, what: str, why: str) -> None:
+        raise TrainJobStuck(" ".join(
+            f"TrainJob {self.namespace}/{self.name}{what}: "
+            f"{why or 'no Warning Event on it says why'}".split()
+        ))  # fmt: skip
 
     def wake(self, remaining: float) -> float:
-        """How long the next watch window may last: until the deadline while not started."""
-        if self.started:
-            return remaining
-        return max(0.05, min(remaining, self.deadline - time.monotonic() + 0.05))
+        """How long the next watch window may last: until the next check is due."""
+        return max(0.05, min(remaining, self.next_check - time.monotonic() + 0.05))
 
 
 def _finished(obj: dict[str, Any]) -> bool:

@@ -22,6 +22,7 @@ def load_corpus(
     workload_image: str = "",
     namespace: str = "",
     timeout: float = 1800,
+    start_timeout: float = 120,
 ) -> str:
     """Run `python -m gpt load-corpus` (in a TrainJob on runtime gpt-load-corpus, or locally).
 
@@ -41,6 +42,8 @@ def load_corpus(
         workload_image: Image the TrainJob runs (the pipeline sets it from images.env).
         namespace: Namespace of the TrainJob; empty: the step's own (its pod's namespace).
         timeout: Seconds before the TrainJob is deleted and the step fails.
+        start_timeout: Seconds a TrainJob may go without a pod, and each pod may stay Pending
+            (unschedulable, image not pulled), before the step fails with the reason.
 
     Returns:
         The run directory name, for the next stages.
@@ -63,7 +66,7 @@ def load_corpus(
             val_fraction=val_fraction,
             block_size=block_size,
         ),
-        Placement(timeout=timeout),
+        Placement(timeout=timeout, start_timeout=start_timeout),
         backend=backend,
         image=workload_image,
         namespace=namespace,

@@ -20,6 +20,10 @@ class Placement:
     """NVIDIA GPUs to request per node (TrainJob resourcesPerNode); 0: the runtime's resources."""
     timeout: float = 3600
     """Seconds before the stage is stopped (its TrainJob deleted) and the step fails."""
+    start_timeout: float = 120
+    """Seconds a TrainJob may go without a pod, and each of its pods may stay Pending
+    (unschedulable, its image not pulled, its volume not attached), before the TrainJob is
+    deleted and the step fails with the reason; raise it where pulling the image takes longer."""
 
     def __post_init__(self) -> None:
         if self.num_nodes < 1:
@@ -38,6 +42,10 @@ class Placement:
             )
         if not self.timeout > 0:
             raise ValueError(f"timeout {self.timeout}: must be a positive number of seconds")
+        if not self.start_timeout > 0:
+            raise ValueError(
+                f"start_timeout {self.start_timeout}: must be a positive number of seconds"
+            )
 
     @property
     def single_process(self) -> bool:

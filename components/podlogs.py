@@ -8,6 +8,9 @@ come from the core API (`CoreV1PodLogs`). The test cluster (tests/cluster/) runs
 server that has no core API group, so it writes each pod's log into a folder instead
 (`LogDirPodLogs`), the way a node keeps container logs on disk; `GPT_POD_LOG_DIR` selects that
 source, for the whole step process.
+
+Each pod also says why it is not running yet (its phase, the scheduler's or the kubelet's reason),
+which the launcher needs to fail a stuck TrainJob with that reason (components/launcher.py).
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ import json
 import os
 import time
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -32,22 +35,63 @@ CONTAINER = "node"
 LOG_DIR_ENV = "GPT_POD_LOG_DIR"
 # How often a followed log folder is looked at when nothing new was written.
 FOLLOW_POLL_S = 0.05
+# The pod's status (core/v1 PodStatus JSON) and uid in a `LogDirPodLogs` pod folder.
+STATUS_FILE, UID_FILE = "status.json", "uid"
+
+
+class MissingPermission(PermissionError):
+    """The step's service account may not do what the step needs (a 403), said in one line."""
+
+    def __init__(self, verb: str, resource: str, namespace: str) -> None:
+        super().__init__(
+            f"the step's service account may not {verb} {resource} in namespace {namespace} "
+            f"(403 Forbidden): grant it (see manifests/) and run again"
+        )
 
 
 @dataclass(frozen=True)
 class PodRef:
-    """A pod of a TrainJob and the JobSet restart it belongs to."""
+    """A pod of a TrainJob and the JobSet restart it belongs to (what identifies it), with what
+    its status said when it was listed."""
 
     name: str
     restart_attempt: int
+    uid: str = field(default="", compare=False)
+    created: float = field(default=0.0, compare=False)
+    """metadata.creationTimestamp, seconds since the epoch."""
+    phase: str = field(default="", compare=False)
+    """status.phase: Pending until its container runs ("" where the source has no status)."""
+    waiting: str = field(default="", compare=False)
+    """Why it is not running, from its status (`Unschedulable: 0/2 nodes are available: ...`,
+    `ImagePullBackOff: Back-off pulling image "..."`, `ContainerCreating`), else ""."""
+
+
+def waiting(status: dict[str, Any]) -> str:
+    """Why a pod does not run, from its core/v1 PodStatus (JSON): the scheduler's PodScheduled
+    False condition (kubernetes pkg/scheduler/schedule_one.go handleSchedulingFailure), else the
+    `node` container's waiting state (pkg/kubelet/kubelet_pods.go
+    convertToAPIContainerStatuses: the reason and message of its last failed start), as
+    `reason: message`; "" when neither says anything."""
+    said = [c for c in status.get("conditions") or []
+            if c.get("type") == "PodScheduled" and c.get("status") == "False"]  # fmt: skip
+    said += [(c.get("state") or {}).get("waiting") or {}
+             for c in status.get("containerStatuses") or [] if c.get("name") == CONTAINER]
+    for part in said:
+        if part.get("reason"):
+            return ": ".join(filter(None, (part["reason"], part.get("message"))))
+    return ""
 
 
 class PodLogs(Protocol):
     """The pods of a TrainJob and their logs."""
 
+    def refs(self, namespace: str, trainjob: str) -> list[PodRef]:
+        """The TrainJob's pods, node 0 first and each node's newest pod first; empty when there
+        are none (yet). Raises MissingPermission where pods may not be listed."""
+        ...
+
     def pods(self, namespace: str, trainjob: str) -> list[str]:
-        """Names of the TrainJob's pods, node 0 first and each node's newest pod first; empty
-        when there are none (yet)."""
+        """The names of `refs`."""
         ...
 
     def node0(self, namespace: str, trainjob: str) -> PodRef | None:
@@ -65,16 +109,23 @@ class PodLogs(Protocol):
         ...
 
 
-def _newest_first(pods: Iterable[tuple[dict[str, str], str, float]]) -> list[PodRef]:
-    """(labels, name, creation time) sorted node 0 first, then the newest JobSet restart and
-    the newest pod (a Job's retry of a failed pod keeps the old one) of each node."""
+def _newest_first(pods: Iterable[tuple[dict[str, Any], str, dict[str, Any]]]) -> list[PodRef]:
+    """(labels, name, a PodRef's other fields) sorted node 0 first, then the newest JobSet
+    restart and the newest pod (a Job's retry of a failed pod keeps the old one) of each node."""
 
-    def key(pod: tuple[dict[str, str], str, float]) -> tuple[int, int, float, str]:
-        labels, name, created = pod
+    def key(pod: tuple[dict[str, Any], str, dict[str, Any]]) -> tuple[int, int, float, str]:
+        labels, name, more = pod
         index = labels.get(INDEX_LABEL, "")
-        return (int(index) if index.isdigit() else 1 << 30, -_attempt(labels), -created, name)
+        return (int(index) if index.isdigit() else 1 << 30, -_attempt(labels), -more["created"],
+                name)  # fmt: skip
 
-    return [PodRef(name, _attempt(labels)) for labels, name, _ in sorted(pods, key=key)]
+    return [PodRef(name, _attempt(labels), **more) for labels, name, more in sorted(pods, key=key)]
+
+
+def _seen(uid: str, created: float, status: dict[str, Any]) -> dict[str, Any]:
+    """A PodRef's fields beyond its name and attempt."""
+    return {"uid": uid, "created": created, "phase": status.get("phase") or "",
+            "waiting": waiting(status)}  # fmt: skip
 
 
 def _attempt(labels: dict[str, str]) -> int:
@@ -85,30 +136,33 @@ def _attempt(labels: dict[str, str]) -> int:
 class CoreV1PodLogs:
     """The cluster's core API: pods by label, `pods/log` of container `node`."""
 
-    def _pods(self, namespace: str, trainjob: str) -> list[PodRef]:
+    def refs(self, namespace: str, trainjob: str) -> list[PodRef]:
         from kubernetes import client
         from kubernetes.client.rest import ApiException
 
+        api = client.CoreV1Api()
         try:
-            items = (
-                client.CoreV1Api()
-                .list_namespaced_pod(namespace, label_selector=f"{JOBSET_LABEL}={trainjob}")
-                .items
-            )
+            items = api.list_namespaced_pod(
+                namespace, label_selector=f"{JOBSET_LABEL}={trainjob}"
+            ).items
         except ApiException as e:
-            if e.status in (403, 404):  # no pods permission or no core group (a CRD-only server)
+            if e.status == 403:  # a Role without `pods list`: not the same as no pods
+                raise MissingPermission("list", "pods", namespace) from None
+            if e.status == 404:  # no core group (a CRD-only server, as the test API server)
                 return []
             raise
         return _newest_first(
-            (p.metadata.labels or {}, p.metadata.name, _timestamp(p.metadata.creation_timestamp))
+            (p.metadata.labels or {}, p.metadata.name,
+             _seen(p.metadata.uid or "", _timestamp(p.metadata.creation_timestamp),
+                   api.api_client.sanitize_for_serialization(p.status) or {}))
             for p in items
-        )
+        )  # fmt: skip
 
     def pods(self, namespace: str, trainjob: str) -> list[str]:
-        return [p.name for p in self._pods(namespace, trainjob)]
+        return [p.name for p in self.refs(namespace, trainjob)]
 
     def node0(self, namespace: str, trainjob: str) -> PodRef | None:
-        return next(iter(self._pods(namespace, trainjob)), None)
+        return next(iter(self.refs(namespace, trainjob)), None)
 
     def log(self, namespace: str, pod: str, tail_lines: int | None) -> str:
         from kubernetes import client
@@ -137,7 +191,8 @@ class CoreV1PodLogs:
 
 
 class LogDirPodLogs:
-    """Pods as folders `<root>/<namespace>/<pod>/` holding `labels.json` and `<container>.log`.
+    """Pods as folders `<root>/<namespace>/<pod>/` holding `labels.json`, `uid`,
+    `status.json` (core/v1 PodStatus) and `<container>.log`.
 
     The layout is the test cluster's (tests/cluster/kubelet.py writes it); a pod whose folder is
     gone was deleted, as on a cluster.
@@ -146,20 +201,24 @@ class LogDirPodLogs:
     def __init__(self, root: Path) -> None:
         self.root = root
 
-    def _pods(self, namespace: str, trainjob: str) -> list[PodRef]:
+    def refs(self, namespace: str, trainjob: str) -> list[PodRef]:
         found = []
         for labels_json in (self.root / namespace).glob("*/labels.json"):
             labels = json.loads(labels_json.read_text())
             if labels.get(JOBSET_LABEL) == trainjob:
-                # labels.json is written once, when the pod is created.
-                found.append((labels, labels_json.parent.name, labels_json.stat().st_mtime))
+                folder = labels_json.parent
+                # labels.json is written once, when the pod is created, after its uid and
+                # first status; the status file is replaced whole as the pod goes on.
+                found.append((labels, folder.name, _seen(
+                    _read(folder / UID_FILE), labels_json.stat().st_mtime,
+                    json.loads(_read(folder / STATUS_FILE) or "{}"))))  # fmt: skip
         return _newest_first(found)
 
     def pods(self, namespace: str, trainjob: str) -> list[str]:
-        return [p.name for p in self._pods(namespace, trainjob)]
+        return [p.name for p in self.refs(namespace, trainjob)]
 
     def node0(self, namespace: str, trainjob: str) -> PodRef | None:
-        return next(iter(self._pods(namespace, trainjob)), None)
+        return next(iter(self.refs(namespace, trainjob)), None)
 
     def log(self, namespace: str, pod: str, tail_lines: int | None) -> str:
         path = self.root / namespace / pod / f"{CONTAINER}.log"
@@ -220,6 +279,14 @@ def _lines(chunks: Iterable[bytes]) -> Iterator[str]:
             yield line.decode(errors="replace")
     if pending:
         yield pending.decode(errors="replace")
+
+
+def _read(path: Path) -> str:
+    """A pod folder's file, or "" (a folder written before it, or the pod deleted meanwhile)."""
+    try:
+        return path.read_text()
+    except FileNotFoundError:
+        return ""
 
 
 def _timestamp(when: Any) -> float:

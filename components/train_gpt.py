@@ -34,6 +34,7 @@ def train_gpt(
     workload_image: str = "",
     namespace: str = "",
     timeout: float = 86400,
+    start_timeout: float = 120,
 ) -> str:
     """Run `torchrun -m gpt -- train-gpt` (in a TrainJob on runtime gpt-train-gpt, or locally).
 
@@ -63,6 +64,8 @@ def train_gpt(
         workload_image: Image the TrainJob runs (the pipeline sets it from images.env).
         namespace: Namespace of the TrainJob; empty: the step's own (its pod's namespace).
         timeout: Seconds before the TrainJob is deleted and the step fails.
+        start_timeout: Seconds a TrainJob may go without a pod, and each pod may stay Pending
+            (unschedulable, image not pulled), before the step fails with the reason.
 
     Returns:
         The run directory name, for the next stage.
@@ -76,6 +79,7 @@ def train_gpt(
         num_proc_per_node=num_proc_per_node,
         gpus_per_node=gpus_per_node,
         timeout=timeout,
+        start_timeout=start_timeout,
     )
     files = run_stage(
         "train-gpt",

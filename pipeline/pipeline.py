@@ -58,6 +58,7 @@ def gpt_trainjobs_pipeline(
     idle_timeout: float = 600,
     prompt_timeout: float = 3600,
     # where it runs
+    start_timeout: float = 120,
     backend: str = "trainjob",
     namespace: str = "",
     root: str = "/gpt",
@@ -101,6 +102,9 @@ def gpt_trainjobs_pipeline(
         top_p: Nucleus sampling threshold in (0, 1].
         idle_timeout: The interactive session ends after this many idle seconds; 0: never.
         prompt_timeout: Seconds before the prompt TrainJob is deleted (keep it above idle_timeout).
+        start_timeout: Seconds a step's TrainJob may go without a pod, and each of its pods
+            may stay Pending (unschedulable, image not pulled), before the step fails with the
+            reason; raise it where pulling the workload image takes longer.
         backend: trainjob (Kubeflow Trainer TrainJobs) or local (processes on this machine).
         namespace: Namespace of the TrainJobs and PVC gpt-pvc; empty: the steps' own (kubeflow on
             standalone KFP, the profile namespace on multi-user Kubeflow).
@@ -108,7 +112,8 @@ def gpt_trainjobs_pipeline(
         run: Run directory name; empty: the KFP run id.
         workload_image: Image the TrainJobs run (the gpt package and PyTorch).
     """
-    common = dict(root=root, backend=backend, namespace=namespace, workload_image=workload_image)
+    common = dict(root=root, backend=backend, namespace=namespace, workload_image=workload_image,
+                  start_timeout=start_timeout)  # fmt: skip
     corpus = load_corpus(
         run=run,
         kfp_run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER,

@@ -15,6 +15,7 @@ from cluster.jobset_webhook import admission_error
 from cluster.render import master_addr, render
 
 from components import launcher
+from components.images import workload_image
 from components.launcher import GROUP, PLURAL, VERSION, TrainJobSpec
 from components.placement import Placement
 from components.podlogs import LogDirPodLogs
@@ -76,11 +77,11 @@ PRINT_ENV = (
 )
 
 
-def spec(runtime_name: str, nodes: int, env: dict | None = None) -> TrainJobSpec:
+def spec(runtime_name: str, nodes: int, env: dict | None = None, **placement) -> TrainJobSpec:
     return TrainJobSpec(
         stage="torch-distributed", runtime=runtime_name, image="pytorch/pytorch:2.13.0",
         command=["python", "-c", PRINT_ENV], env=env or {},
-        placement=Placement(num_nodes=nodes, timeout=60),
+        placement=Placement(num_nodes=nodes, timeout=60, **placement),
     )  # fmt: skip
 
 
@@ -240,8 +241,8 @@ def test_a_trainjob_whose_jobset_is_refused_fails_the_step_with_the_event_and_is
     ns = trainer_cluster.namespace
     began = time.monotonic()
     with pytest.raises(launcher.TrainJobStuck) as err:
-        launcher.launch(spec("torch-distributed", 1), ns, KFP_RUN_ID, say=lambda _: None,
-                        start_grace=2)  # fmt: skip
+        launcher.launch(spec("torch-distributed", 1, start_timeout=2), ns, KFP_RUN_ID,
+                        say=lambda _: None)  # fmt: skip
     assert time.monotonic() - began < 15  # the grace, not the 60 s timeout
     message = str(err.value)
     assert "\n" not in message
@@ -277,3 +278,93 @@ def test_a_pod_whose_namespace_lacks_the_claim_stays_pending(trainer_cluster):
         (pod.name, "FailedScheduling",
          '0/1 nodes are available: persistentvolumeclaim "gpt-pvc" not found.')
     ]  # fmt: skip
+
+
+# ---- pods that never start: the start grace (Placement.start_timeout) ends the wait ------------
+
+
+def pod_events(cluster, pod: str) -> list[tuple[str, str, str]]:
+    """(type, reason, message) of the Events on `pod`, as the test cluster wrote them."""
+    events = [json.loads(p.read_text())
+              for p in (cluster.kubelet.logs / cluster.namespace / ".events").glob("*.json")]
+    return sorted((e["type"], e["reason"], e["message"]) for e in events
+                  if e["involvedObject"]["name"] == pod)  # fmt: skip
+
+
+def status_of(pod) -> dict:
+    return json.loads((pod.folder / "status.json").read_text())
+
+
+@pytest.mark.apiserver
+def test_an_image_the_registry_lacks_fails_the_step_within_the_grace_with_the_pull_error(
+    trainer_cluster
+):
+    ns, good = trainer_cluster.namespace, workload_image()
+    trainer_cluster.kubelet.images = {good}
+    typo = good.replace(":", ":v")  # a tag that was never pushed
+    began = time.monotonic()
+    with pytest.raises(launcher.TrainJobStuck) as err:
+        launcher.launch(dataclasses.replace(spec("torch-distributed", 1, start_timeout=3),
+                                            image=typo), ns, "r", say=lambda _: None)  # fmt: skip
+    assert time.monotonic() - began < 15  # the grace, not the 60 s timeout
+    (run,) = trainer_cluster.runs.values()
+    (pod,) = run.pods
+    message = str(err.value)
+    assert "\n" not in message and message.endswith("; deleted it")
+    assert re.fullmatch(
+        rf"TrainJob {ns}/\S+'s pod {pod.name} is still Pending 3 s after its creation: "
+        rf'(ImagePullBackOff: Back-off pulling image "{re.escape(typo)}"|ErrImagePull: rpc error: '
+        rf'code = NotFound desc = failed to pull and unpack image "{re.escape(typo)}": .*); '
+        r"deleted it", message)  # fmt: skip
+    assert pod.log == ""  # its container never ran
+    # What `kubectl describe pod` would show: the kubelet's pulls, failures and back-off.
+    # (The recorder folds the kubelet's later `Failed` Events, `Error: ErrImagePull` and
+    # `Error: ImagePullBackOff`, into the first one's series: tools/events keys no message.)
+    said = pod_events(trainer_cluster, pod.name)
+    assert ("Warning", "Failed", f'Failed to pull image "{typo}": rpc error: code = NotFound desc '
+            f'= failed to pull and unpack image "{typo}": failed to resolve reference "{typo}": '
+            f"{typo}: not found") in said  # fmt: skip
+    assert ("Normal", "BackOff", f'Back-off pulling image "{typo}"') in said
+    status = status_of(pod)
+    assert status["phase"] == "Pending"
+    (node,) = status["containerStatuses"]
+    assert node["state"]["waiting"]["reason"] in ("ErrImagePull", "ImagePullBackOff")
+    assert trainer_cluster.api.list_namespaced_custom_object(GROUP, VERSION, ns, PLURAL)[
+        "items"] == []  # fmt: skip
+
+
+@pytest.mark.apiserver
+def test_the_registrys_image_runs_and_its_status_says_so(trainer_cluster):
+    trainer_cluster.kubelet.images = {workload_image()}
+    job = dataclasses.replace(spec("torch-distributed", 1, start_timeout=3), image=workload_image())
+    outcome = launcher.launch(job, trainer_cluster.namespace, "r", say=lambda _: None)
+    (pod,) = trainer_cluster.runs[outcome.name].pods
+    status = status_of(pod)
+    assert status["phase"] == "Succeeded"
+    assert status["containerStatuses"][0]["state"]["terminated"]["reason"] == "Completed"
+
+
+@pytest.mark.apiserver
+def test_a_gpu_no_machine_has_fails_the_step_within_the_grace_with_the_schedulers_message(
+    trainer_cluster
+):
+    ns = trainer_cluster.namespace
+    began = time.monotonic()
+    with pytest.raises(launcher.TrainJobStuck) as err:
+        launcher.launch(spec("torch-distributed", 1, gpus_per_node=1, start_timeout=3), ns, "r",
+                        say=lambda _: None)  # fmt: skip
+    assert time.monotonic() - began < 15
+    (run,) = trainer_cluster.runs.values()
+    (pod,) = run.pods
+    scheduler = ("0/2 nodes are available: 2 Insufficient nvidia.com/gpu. preemption: 0/2 nodes "
+                 "are available: 2 No preemption victims found for incoming pod..")  # fmt: skip
+    assert str(err.value).endswith(
+        f"'s pod {pod.name} is still Pending 3 s after its creation: Unschedulable: {scheduler}; "
+        f"deleted it")  # fmt: skip
+    assert pod_events(trainer_cluster, pod.name) == [("Warning", "FailedScheduling", scheduler)]
+    (scheduled,) = status_of(pod)["conditions"]
+    assert (scheduled["type"], scheduled["status"], scheduled["reason"]) == (
+        "PodScheduled", "False", "Unschedulable")  # fmt: skip
+    assert "containerStatuses" not in status_of(pod)
+    assert trainer_cluster.api.list_namespaced_custom_object(GROUP, VERSION, ns, PLURAL)[
+        "items"] == []  # fmt: skip

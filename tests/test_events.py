@@ -1,5 +1,6 @@
 """components/events.py: a TrainJob's Warning Events from the core API and from the test
-cluster's folder, in the shape Kubeflow Trainer v2.3 writes them (events.k8s.io/v1)."""
+cluster's folder, in the shape Kubeflow Trainer v2.3 writes them (events.k8s.io/v1); and the
+pods list (components/podlogs.py) that says why a pod waits, or that it may not be read."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from kubernetes.client.rest import ApiException
 
 from components import events
 from components.events import CoreV1Events, LogDirEvents, MissingPermission
+from components.podlogs import INDEX_LABEL, CoreV1PodLogs
 
 TRAINJOB = {
     "apiVersion": "trainer.kubeflow.org/v1alpha1",
@@ -100,3 +102,51 @@ def test_the_source_is_the_folder_where_pod_logs_are(tmp_path, monkeypatch):
     assert isinstance(events.from_environment(), LogDirEvents)
     monkeypatch.delenv("GPT_POD_LOG_DIR")
     assert isinstance(events.from_environment(), CoreV1Events)
+
+
+# ---- pods: components/podlogs.py's CoreV1PodLogs, from the one pods list -----------------------
+
+
+class FakePodsApi:
+    """`CoreV1Api` with one answer to `list_namespaced_pod`."""
+
+    def __init__(self, answer):
+        self.answer = answer
+        self.api_client = client.ApiClient()
+
+    def list_namespaced_pod(self, namespace, label_selector):
+        if isinstance(self.answer, Exception):
+            raise self.answer
+        return client.V1PodList(items=self.answer)
+
+
+def test_a_403_listing_pods_is_a_missing_permission_not_no_pods(monkeypatch):
+    monkeypatch.setattr(client, "CoreV1Api", lambda: FakePodsApi(ApiException(status=403)))
+    with pytest.raises(MissingPermission, match="may not list pods in namespace ns"):
+        CoreV1PodLogs().refs("ns", "j")
+    # A server without the core group (the test API server) has no pods to list.
+    monkeypatch.setattr(client, "CoreV1Api", lambda: FakePodsApi(ApiException(status=404)))
+    assert CoreV1PodLogs().refs("ns", "j") == []
+
+
+def test_the_pods_list_says_why_each_pod_waits(monkeypatch):
+    def pod(name, status):
+        return client.V1Pod(
+            metadata=client.V1ObjectMeta(name=name, uid=f"u-{name}", labels={
+                "jobset.sigs.k8s.io/jobset-name": "j", INDEX_LABEL: name[-1]},
+                creation_timestamp=datetime(2026, 1, 1, tzinfo=UTC)), status=status)  # fmt: skip
+
+    pulling = client.V1PodStatus(phase="Pending", container_statuses=[client.V1ContainerStatus(
+        name="node", image="x:typo", image_id="", ready=False, restart_count=0,
+        state=client.V1ContainerState(waiting=client.V1ContainerStateWaiting(
+            reason="ImagePullBackOff", message='Back-off pulling image "x:typo"')))])  # fmt: skip
+    unscheduled = client.V1PodStatus(phase="Pending", conditions=[client.V1PodCondition(
+        type="PodScheduled", status="False", reason="Unschedulable",
+        message="0/2 nodes are available: 2 Insufficient nvidia.com/gpu.")])  # fmt: skip
+    monkeypatch.setattr(client, "CoreV1Api", lambda: FakePodsApi(
+        [pod("j-node-0-1", unscheduled), pod("j-node-0-0", pulling)]))  # fmt: skip
+    node0, node1 = CoreV1PodLogs().refs("ns", "j")
+    assert (node0.name, node0.uid, node0.phase) == ("j-node-0-0", "u-j-node-0-0", "Pending")
+    assert node0.waiting == 'ImagePullBackOff: Back-off pulling image "x:typo"'
+    assert node1.waiting == "Unschedulable: 0/2 nodes are available: 2 Insufficient nvidia.com/gpu."
+    assert node0.created == datetime(2026, 1, 1, tzinfo=UTC).timestamp()

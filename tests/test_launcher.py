@@ -32,9 +32,10 @@ SPEC = TrainJobSpec(
 )
 
 
-def within(timeout: float) -> TrainJobSpec:
-    """SPEC with another deadline."""
-    return dataclasses.replace(SPEC, placement=dataclasses.replace(SPEC.placement, timeout=timeout))
+def within(timeout: float, start_timeout: float = 120) -> TrainJobSpec:
+    """SPEC with another deadline (and start grace)."""
+    placement = dataclasses.replace(SPEC.placement, timeout=timeout, start_timeout=start_timeout)
+    return dataclasses.replace(SPEC, placement=placement)
 
 
 # ---- names and spec -----------------------------------------------------------------------------
@@ -112,10 +113,14 @@ def test_only_node_zero_prints_files(tmp_path):
 
 
 class FakePods:
-    """A `PodLogs` with one node-0 pod per TrainJob, whose log names its TrainJob and tail."""
+    """A `PodLogs` with one running node-0 pod per TrainJob, whose log names its TrainJob and
+    tail."""
+
+    def refs(self, ns, trainjob):
+        return [podlogs.PodRef(f"{trainjob}-node-0-0-abcde", 0, phase="Running")]
 
     def pods(self, ns, trainjob):
-        return [f"{trainjob}-node-0-0-abcde"]
+        return [p.name for p in self.refs(ns, trainjob)]
 
     def log(self, ns, pod, tail):
         return f"log of {pod.removesuffix('-node-0-0-abcde')} (tail={tail})\nline two"
@@ -229,6 +234,9 @@ def test_the_log_reader_tolerates_a_server_without_pods(apiserver, monkeypatch):
 class NoPods:
     """A `PodLogs` where no pod ever appears."""
 
+    def refs(self, ns, trainjob):
+        return []
+
     def pods(self, ns, trainjob):
         return []
 
@@ -247,8 +255,8 @@ def test_no_pods_and_no_event_fails_within_the_grace_saying_so_and_deletes(custo
     ctl = Controller(custom_api, ns, None)  # a Trainer that never makes a JobSet
     began = time.monotonic()
     with pytest.raises(launcher.TrainJobStuck) as err:
-        launcher.launch(within(60), ns, "demo", api=custom_api, pods=NoPods(), events=NoEvents(),
-                        say=lambda _: None, start_grace=1)  # fmt: skip
+        launcher.launch(within(60, start_timeout=1), ns, "demo", api=custom_api, pods=NoPods(),
+                        events=NoEvents(), say=lambda _: None)  # fmt: skip
     assert time.monotonic() - began < 5  # the grace ends the wait, not the 60 s deadline
     name = ctl.created["metadata"]["name"]
     assert str(err.value) == (
@@ -270,6 +278,39 @@ def test_a_trainjob_whose_jobset_runs_outlives_the_grace_before_its_pods_appear(
                 GROUP, VERSION, ns, PLURAL, obj["metadata"]["name"],
                 {"status": {"jobsStatus": [jobs]}})  # fmt: skip
 
-    outcome = launcher.launch(SPEC, ns, "demo", api=custom_api, pods=NoPods(), events=NoEvents(),
-                              on_update=running, say=lambda _: None, start_grace=1)  # fmt: skip
+    outcome = launcher.launch(within(30, start_timeout=1), ns, "demo", api=custom_api,
+                              pods=NoPods(), events=NoEvents(), on_update=running,
+                              say=lambda _: None)  # fmt: skip
     assert outcome.elapsed_s > 2 and ctl.error is None
+
+
+class Listed:
+    """A `PodLogs` listing the given pods."""
+
+    def __init__(self, *pods):
+        self.listed = list(pods)
+
+    def refs(self, ns, trainjob):
+        return self.listed
+
+
+def startup(pods, grace=60) -> launcher._Startup:
+    return launcher._Startup("ns", "j", "u", pods, NoEvents(), grace, time.monotonic() + grace)
+
+
+def test_each_pod_has_its_own_grace_from_its_creation():
+    now = time.time()
+    # A JobSet restart: attempt 0's pod ran long ago; attempt 1's, just made, waits its turn.
+    restarted = startup(Listed(podlogs.PodRef("j-node-0-0-new", 1, created=now, phase="Pending"),
+                               podlogs.PodRef("j-node-0-0-old", 0, created=now - 600,
+                                              phase="Failed")))  # fmt: skip
+    restarted.check({})
+    # The next look is when the new pod's grace ends.
+    assert 55 < restarted.next_check - time.monotonic() <= 60
+    # The same pod, Pending since longer than the grace, is stuck, with why its status says.
+    stuck = startup(Listed(podlogs.PodRef("j-node-0-0-new", 1, created=now - 61, phase="Pending",
+                                          waiting="ContainerCreating")))  # fmt: skip
+    with pytest.raises(launcher.TrainJobStuck, match=(
+            "TrainJob ns/j's pod j-node-0-0-new is still Pending 60 s after its creation: "
+            "ContainerCreating$")):  # fmt: skip
+        stuck.check({})

@@ -9,9 +9,13 @@ its upstream file. The step side reads the pods' logs through components/podlogs
 `LogDirPodLogs` (`GPT_POD_LOG_DIR`), since the API server has no pods.
 
 Not emulated (a real cluster may still differ here):
-- images: the container runs this machine's Python; `image` is recorded, never pulled;
-- runAsUser/fsGroup, seccomp, capabilities, resource requests and limits (no scheduling, no
-  OOM kills, no GPUs), `tty` (stdin is a pipe nobody writes; no attach);
+- images: the container runs this machine's Python; `image` is only looked up in the kubelet's
+  registry (a set of names; unset, every image pulls), never pulled;
+- runAsUser/fsGroup, seccomp, capabilities, resource limits (no OOM kills, no GPUs), `tty`
+  (stdin is a pipe nobody writes; no attach); scheduling is a request checked against one
+  machine's capacity (no other pods' requests, affinity, taints);
+- the pod status: only phase, PodScheduled and container `node`'s state; the kubelet's
+  core/v1 Event recorder (repeats of one reason with other messages fold into one series);
 - network isolation: pods share 127.0.0.1 (PET_MASTER_PORT is mapped to a free port);
 - mounts: a PVC is a folder reached by rewriting the mount path (kubelet.py says how), one per
   (namespace, name): a pod whose namespace lacks the claim stays Pending, and a ReadWriteOnce

@@ -18,7 +18,13 @@ What a pod gets here, and how that stands in for a node:
   `Kubelet._rotate`), `node.exit` holding the exit code once the container ended, the pod's
   labels beside them (components/podlogs.py's `LogDirPodLogs` reads them), all moved to
   `<logs>/.deleted/` when the pod is deleted. The lines are kept raw, not in the CRI format
-  (`<time> <stream> <P|F> <line>`), which the kubelet strips again when it serves `pods/log`.
+  (`<time> <stream> <P|F> <line>`), which the kubelet strips again when it serves `pods/log`;
+- the pod's status: `status.json` beside them, a core/v1 PodStatus (phase, the PodScheduled
+  condition, container `node`'s state), replaced whole as it changes (`_Status`), and its uid;
+- images and machines: the registry is a set of image names (`images`; None: every image pulls,
+  as where it is not modelled); a pod whose image is not there never starts (ErrImagePull, then
+  ImagePullBackOff, `_ImagePull`). Every machine has `capacity`; a pod requesting more of a
+  resource than that is unschedulable (`_unfit`).
 """
 
 from __future__ import annotations
@@ -34,17 +40,29 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
+from collections.abc import Collection
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from cluster.events import EventRecorder
 from cluster.render import COMPLETION_INDEX, NODE, Rendered
+from components.podlogs import STATUS_FILE, UID_FILE
 
 # kubernetes staging/src/k8s.io/apimachinery/pkg/util/rand/rand.go: generateName's alphabet.
 _SUFFIX = "bcdfghjklmnpqrstvwxz2456789"
 # Seconds between SIGTERM and SIGKILL when a pod is deleted (a pod's default is 30; kept short).
 GRACE_S = 3
+# kubernetes pkg/kubelet/kubelet.go: image pulls back off from backOffPeriod (10 s), doubling to
+# MaxContainerBackOff (300 s) (flowcontrol.NewBackOff); kept short here, as the log monitor's
+# interval is, so a test sees ErrImagePull turn into ImagePullBackOff within seconds.
+IMAGE_BACKOFF_S, IMAGE_BACKOFF_MAX_S = 1.0, 30.0
+# What every machine of the test cluster has: a node's worth of CPUs and memory (the runtimes
+# request up to 2 CPUs and 4Gi), and no GPUs; how many machines the scheduler sees.
+CAPACITY = {"cpu": "16", "memory": "64Gi"}
+MACHINES = 2
 
 
 def pod_name(jobset: str, index: int) -> str:
@@ -74,14 +92,15 @@ class ContainerLog(threading.Thread):
     """The container runtime's side of the log (containerd's CRI logger): the container's stdout
     and stderr, one pipe, written line by line to `path`; `reopen` is CRI ReopenContainerLog, a
     new file at `path` after the kubelet renamed the old one. `node.exit` is written beside it
-    once the container has ended and its output is all in the file."""
+    once the container has ended and its output is all in the file, and then the pod's status
+    (`status`, None for a pod whose container never started)."""
 
     # containerd's max_container_log_line_size: a longer line is written in parts.
     LINE_MAX = 16 * 1024
 
-    def __init__(self, proc: subprocess.Popen, path: Path):
+    def __init__(self, proc: subprocess.Popen, path: Path, status: _Status | None):
         super().__init__(daemon=True, name=f"log-{path.parent.name}")
-        self.proc, self.path = proc, path
+        self.proc, self.path, self.status = proc, path, status
         self.lock = threading.Lock()
         self.file = open(path, "ab")  # noqa: SIM115  (open for the container's whole life)
 
@@ -92,7 +111,10 @@ class ContainerLog(threading.Thread):
                 self.file.flush()
         with self.lock:
             self.file.close()
-        self.path.with_suffix(".exit").write_text(str(self.proc.wait()))
+        code = self.proc.wait()
+        self.path.with_suffix(".exit").write_text(str(code))
+        if self.status is not None:
+            self.status.terminated(code)
 
     def reopen(self) -> None:
         with self.lock:
@@ -126,6 +148,10 @@ class Pod:
     pending: str = ""
     """Why its container never started ("" when it runs the container's command)."""
     deleted: bool = False
+    status: _Status | None = None
+    """Its status.json."""
+    image_pull: _ImagePull | None = None
+    """The kubelet's pulls of an image the registry lacks."""
 
     @property
     def machine(self) -> str:
@@ -136,6 +162,101 @@ class Pod:
     def log(self) -> str:
         """The current log file (what `pods/log` returns), not the rotated ones."""
         return (self.folder / f"{NODE}.log").read_text(errors="replace")
+
+
+def _now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class _Status:
+    """A pod's status as `GET /api/v1/.../pods/<pod>` shows it (core/v1 PodStatus): `phase`,
+    the `PodScheduled` condition (the others, Initialized, ContainersReady, Ready, are not
+    modelled) and `containerStatuses` for container `node`, written whole to `status.json`.
+
+    kubernetes pkg/scheduler/schedule_one.go (handleSchedulingFailure): an unschedulable pod
+    gets PodScheduled False, reason Unschedulable, the FitError as message, and no container
+    statuses. pkg/kubelet/kubelet_pods.go (convertToAPIContainerStatuses, getPhase): a
+    container not yet started waits (`ContainerCreating`, or the reason and message of its last
+    failed start); the pod is Pending until it runs, then Running, then Succeeded or Failed by
+    the exit code (restartPolicy Never, as the runtimes set), the container `terminated` with
+    reason Completed or Error.
+    """
+
+    def __init__(self, folder: Path, image: str) -> None:
+        self.path, self.image = folder / STATUS_FILE, image
+        self.lock = threading.Lock()
+
+    def unschedulable(self, message: str) -> None:
+        self._write("Pending", {"status": "False", "reason": "Unschedulable", "message": message})
+
+    def waiting(self, reason: str, message: str = "") -> None:
+        said = {"reason": reason, **({"message": message} if message else {})}
+        self._write("Pending", {"status": "True"}, {"waiting": said})
+
+    def running(self) -> None:
+        self.started = _now()
+        self._write("Running", {"status": "True"}, {"running": {"startedAt": self.started}})
+
+    def terminated(self, code: int) -> None:
+        state = {"exitCode": code, "reason": "Completed" if code == 0 else "Error",
+                 "startedAt": self.started, "finishedAt": _now()}  # fmt: skip
+        self._write("Succeeded" if code == 0 else "Failed", {"status": "True"},
+                    {"terminated": state})  # fmt: skip
+
+    def _write(self, phase: str, scheduled: dict, state: dict | None = None) -> None:
+        status: dict[str, Any] = {"phase": phase, "conditions": [
+            {"type": "PodScheduled", "lastProbeTime": None, "lastTransitionTime": _now(),
+             **scheduled}]}  # fmt: skip
+        if state is not None:
+            status["containerStatuses"] = [{
+                "name": NODE, "image": self.image, "imageID": "", "ready": "running" in state,
+                "restartCount": 0, "started": "running" in state, "state": state}]  # fmt: skip
+        with self.lock:
+            tmp = self.path.with_suffix(".tmp")
+            tmp.write_text(json.dumps(status))
+            os.replace(tmp, self.path)
+
+
+class _ImagePull(threading.Thread):
+    """The kubelet's pulls of an image the registry lacks, until the pod is deleted.
+
+    kubernetes pkg/kubelet/images/image_manager.go (EnsureImageExists, as in v1.30-v1.33): a
+    failed pull records Warning `Failed` `Failed to pull image "<image>": <CRI error>` and
+    starts the back-off, and the container waits with reason ErrImagePull (types.go) and the
+    CRI's error; a sync within the back-off records Normal `BackOff` `Back-off pulling image
+    "<image>"` and the container waits with reason ImagePullBackOff and that message.
+    pkg/kubelet/kuberuntime/kuberuntime_container.go (startContainer) adds Warning `Failed`
+    `Error: <reason>` each time. The CRI error is containerd's for a tag the registry does not
+    have (internal/cri/server/images/image_pull.go, core/remotes/docker/resolver.go), as a gRPC
+    NotFound status. The kubelet's core/v1 recorder keeps Events of one reason with other
+    messages apart; the recorder here (tools/events) folds them into the first one's series.
+    """
+
+    def __init__(self, kubelet: Kubelet, pod_ref: dict[str, Any], status: _Status) -> None:
+        super().__init__(daemon=True, name=f"image-pull-{pod_ref['metadata']['name']}")
+        self.kubelet, self.pod_ref, self.status = kubelet, pod_ref, status
+        self.stopped = threading.Event()
+
+    def run(self) -> None:
+        image, event = self.status.image, self.kubelet.recorder.eventf
+        error = (f'rpc error: code = NotFound desc = failed to pull and unpack image "{image}": '
+                 f'failed to resolve reference "{image}": {image}: not found')
+        backoff = IMAGE_BACKOFF_S
+        while True:
+            event(self.pod_ref, "Normal", "Pulling", "", f'Pulling image "{image}"')
+            event(self.pod_ref, "Warning", "Failed", "", f'Failed to pull image "{image}": {error}')
+            event(self.pod_ref, "Warning", "Failed", "", "Error: ErrImagePull")
+            self.status.waiting("ErrImagePull", error)
+            # The pod worker syncs again after a failed sync, within the back-off.
+            if self.stopped.wait(backoff / 2):
+                return
+            message = f'Back-off pulling image "{image}"'
+            event(self.pod_ref, "Normal", "BackOff", "", message)
+            event(self.pod_ref, "Warning", "Failed", "", "Error: ImagePullBackOff")
+            self.status.waiting("ImagePullBackOff", message)
+            if self.stopped.wait(backoff / 2):
+                return
+            backoff = min(backoff * 2, IMAGE_BACKOFF_MAX_S)
 
 
 class Kubelet:
@@ -154,14 +275,20 @@ class Kubelet:
         claims: dict[tuple[str, str], Claim],
         node_env: dict[str, str],
         rotation: LogRotation = LogRotation(),
+        images: Collection[str] | None = None,
+        capacity: dict[str, str] = CAPACITY,
     ):
-        """`claims`: the bound PVCs by (namespace, name)."""
+        """`claims`: the bound PVCs by (namespace, name); `images`: those the registry has
+        (None: any); `capacity`: each machine's resources (Quantity strings)."""
         self.logs, self.node_env = logs, node_env
+        self.images, self.capacity = images, capacity
         self.claims: dict[tuple[str, str], Claim] = {}
         # Who says why a pod waits: the scheduler (tools/events, as Trainer) and the
         # attach-detach controller (its older core/v1 recorder's count is not modelled).
         self.scheduler = EventRecorder(logs, "default-scheduler")
         self.attach_detach = EventRecorder(logs, "attachdetach-controller")
+        # The kubelet's own (its core/v1 recorder's count is not modelled either).
+        self.recorder = EventRecorder(logs, "kubelet")
         for (namespace, name), claim in claims.items():
             self.bind(namespace, name, claim)
         self.rotation = rotation
@@ -200,6 +327,28 @@ class Kubelet:
         return (f'Multi-Attach error for volume "{claim}" Volume is already used by pod(s) '
                 f"{', '.join(holders)}")  # fmt: skip
 
+    def _unfit(self, plan: Rendered) -> str:
+        """The scheduler's message when no machine has what the pod requests, or "".
+
+        kubernetes pkg/apis/core/v1/defaults.go (SetDefaults_Pod): a limit without a request
+        is also the request (resourcesPerNode sets `limits` of nvidia.com/gpu).
+        pkg/scheduler/framework/plugins/noderesources/fit.go (fitsRequest): a node whose
+        allocatable is below a request fails with `Insufficient <resource>` (the requests of the
+        pods already there are not counted here). pkg/scheduler/framework/types.go
+        (FitError.Error): `0/<nodes> nodes are available: ` the reasons counted over the nodes,
+        sorted, then the PostFilter's message, each ended with "."; the default preemption
+        plugin finds no victim on a machine whose capacity is below the request.
+        """
+        resources = plan.container.get("resources") or {}
+        requests = {**(resources.get("limits") or {}), **(resources.get("requests") or {})}
+        short = sorted(name for name, value in requests.items()
+                       if _quantity(value) > _quantity(self.capacity.get(name, "0")))  # fmt: skip
+        if not short:
+            return ""
+        reasons = ", ".join(f"{MACHINES} Insufficient {name}" for name in short)
+        return (f"0/{MACHINES} nodes are available: {reasons}. preemption: 0/{MACHINES} nodes "
+                f"are available: {MACHINES} No preemption victims found for incoming pod..")
+
     def _mounts(self, plan: Rendered) -> dict[str, Path] | str:
         """Mount path -> folder of each PVC mount, or why the pod cannot be scheduled.
 
@@ -228,24 +377,35 @@ class Kubelet:
             "jobset.sigs.k8s.io/restart-attempt": str(attempt),
             COMPLETION_INDEX: str(index),
         }
-        meta = {"name": name, "namespace": plan.namespace, "labels": labels,
-                "annotations": {COMPLETION_INDEX: str(index)}}  # fmt: skip
+        meta = {"name": name, "namespace": plan.namespace, "uid": str(uuid.uuid4()),
+                "labels": labels, "annotations": {COMPLETION_INDEX: str(index)}}  # fmt: skip
+        pod_ref = {"kind": "Pod", "apiVersion": "v1", "metadata": meta}
         env = {e["name"]: _env_value(e, meta) for e in plan.container["env"]}
         mounts = self._mounts(plan)
         claims = tuple(f"{plan.namespace}/{c}" for c in _claims(plan))
-        pending = ""
-        if isinstance(mounts, str):  # unschedulable
-            pending, recorder, reason, action = mounts, self.scheduler, "FailedScheduling", \
-                "Scheduling"  # fmt: skip
+        folder = self.logs / plan.namespace / name
+        folder.mkdir(parents=True)
+        status = _Status(folder, plan.container.get("image", ""))
+        pull: _ImagePull | None = None
+        if pending := (mounts if isinstance(mounts, str) else "") or self._unfit(plan):
+            self.scheduler.eventf(pod_ref, "Warning", "FailedScheduling", "Scheduling", pending)
+            status.unschedulable(pending)
         else:
             with self._lock:
                 pending = next(filter(None, (
                     self._attach_error(plan.namespace, c, f"machine-{index}")
                     for c in _claims(plan))), "")  # fmt: skip
-            recorder, reason, action = self.attach_detach, "FailedAttachVolume", "Attaching"
+            if pending:
+                self.attach_detach.eventf(pod_ref, "Warning", "FailedAttachVolume", "Attaching",
+                                          pending)  # fmt: skip
+                status.waiting("ContainerCreating")
+            elif self.images is not None and status.image not in self.images:
+                pending = f"image {status.image} not in the registry"
+                pull = _ImagePull(self, pod_ref, status)
+                status.waiting("ContainerCreating")  # until its first pull fails
+            else:
+                status.running()
         if pending:  # the container never starts: a process that waits stands in for the pod
-            pod_ref = {"kind": "Pod", "apiVersion": "v1", "metadata": meta}
-            recorder.eventf(pod_ref, "Warning", reason, action, pending)
             mounts, argv = {}, [sys.executable, "-c", "import signal; signal.pause()"]
         else:
             argv = [_remap(a, mounts) for a in plan.container.get("command", []) +
@@ -260,8 +420,7 @@ class Kubelet:
             PATH=f"{Path(sys.executable).parent}:/usr/bin:/bin",
             **self.node_env,
         )
-        folder = self.logs / plan.namespace / name
-        folder.mkdir(parents=True)
+        (folder / UID_FILE).write_text(meta["uid"])
         (folder / "labels.json").write_text(json.dumps(labels))
         (folder / "pod.json").write_text(json.dumps({"env": env, "argv": argv}, indent=1))
         work = folder / "cwd"
@@ -272,9 +431,13 @@ class Kubelet:
             stdin=subprocess.PIPE if plan.container.get("stdin") else subprocess.DEVNULL,
             start_new_session=True,  # the pod's processes are one group: one kill ends all
         )  # fmt: skip
-        container_log = ContainerLog(proc, folder / f"{NODE}.log")
+        container_log = ContainerLog(proc, folder / f"{NODE}.log", None if pending else status)
         container_log.start()
-        pod = Pod(name, index, attempt, env, argv, folder, proc, container_log, claims, pending)
+        pod = Pod(name, index, attempt, env, argv, folder, proc, container_log, claims, pending,
+                  status=status)  # fmt: skip
+        if pull is not None:
+            pod.image_pull = pull
+            pull.start()
         with self._lock:
             self._pods.append(pod)
             if self._rotator is None:
@@ -320,6 +483,9 @@ class Kubelet:
         """Stop the pod and take it out of the namespace (its log kept under `.deleted/`)."""
         if pod.deleted:
             return
+        if pod.image_pull is not None:
+            pod.image_pull.stopped.set()
+            pod.image_pull.join()
         self.stop(pod)
         pod.container_log.join(10)  # its output all in the file, node.exit written
         gone = self.logs / ".deleted" / pod.folder.parent.name
@@ -357,6 +523,17 @@ def _rotate_log(log: ContainerLog, policy: LogRotation) -> None:
             os.remove(p)
     path.rename(f"{path}.{time.strftime('%Y%m%d-%H%M%S')}")
     log.reopen()
+
+
+def _quantity(text: str | int | float) -> float:
+    """A resource.Quantity's value (k8s.io/apimachinery pkg/api/resource/quantity.go: decimal
+    and binary SI suffixes, `m` for thousandths)."""
+    m = re.fullmatch(r"([0-9.]+)([a-zA-Z]*)", str(text))
+    if not m:
+        raise NotImplementedError(f"quantity {text!r}")
+    scale = {"": 1, "m": 1e-3, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "E": 1e18,
+             "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
+    return float(m.group(1)) * scale[m.group(2)]
 
 
 def _env_value(var: dict[str, Any], meta: dict[str, Any]) -> str:
