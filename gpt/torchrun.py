@@ -8,8 +8,11 @@ another failure restarts the JobSet), so this passes the workers' status on:
 - a worker failed: the first failure's status (a signal N as 128 + N, as a shell says it);
   EXIT_FATAL if any worker exited EXIT_FATAL, since a bad flag fails every rank alike;
 - torchrun itself got SIGTERM or SIGINT: it has sent the same signal to every worker and given
-  them `--shutdown_timeout` seconds (default 30) to stop, which they spend writing a checkpoint
+  them `--shutdown_timeout` seconds to stop, which they spend writing a checkpoint
   (gpt/stopping.py); EXIT_STOPPED.
+
+torchrun's own shutdown timeout is 30 s; here it is SHUTDOWN_TIMEOUT_S unless given, within the
+train runtime's terminationGracePeriodSeconds (runtimes/gpt-train-gpt.yaml).
 """
 
 from __future__ import annotations
@@ -23,6 +26,8 @@ from torch.distributed.run import parse_args, run
 
 from gpt.errors import EXIT_FATAL, EXIT_STOPPED
 
+SHUTDOWN_TIMEOUT_S = 100
+
 
 def worker_status(e: ChildFailedError) -> int:
     codes = [f.exitcode for _, f in sorted(e.failures.items())]
@@ -33,6 +38,8 @@ def worker_status(e: ChildFailedError) -> int:
 
 
 def main(argv: list[str]) -> int:
+    if not any(a.startswith(("--shutdown_timeout", "--shutdown-timeout")) for a in argv):
+        argv = [f"--shutdown_timeout={SHUTDOWN_TIMEOUT_S}", *argv]
     try:
         run(parse_args(argv))
     except ChildFailedError as e:

@@ -107,6 +107,9 @@ def pod(custom_api, tmp_path, monkeypatch):
     root = prepared_run(tmp_path / "gpt", "run-1")
 
     class RunsTheCommand:
+        def refs(self, ns, trainjob):
+            return [podlogs.PodRef(trainjob, 0, phase="Running")]
+
         def pods(self, ns, trainjob):
             return [trainjob]
 

@@ -13,6 +13,7 @@ refuses (cluster/jobset_webhook.py) makes no pods: the Trainer records a Warning
 
 from __future__ import annotations
 
+import math
 import socket
 import threading
 import time
@@ -20,6 +21,13 @@ from datetime import UTC, datetime
 from typing import Any
 
 from cluster.events import EventRecorder
+from cluster.failure import (
+    BACKOFF_LIMIT_EXCEEDED,
+    POD_FAILURE_POLICY,
+    PodFailure,
+    jobset_verdict,
+    match_pod_failure_policy,
+)
 from cluster.jobset_webhook import admission_error
 from cluster.kubelet import Kubelet, Pod
 from cluster.render import NODE, Rendered, render
@@ -30,11 +38,14 @@ RUNTIMES = "clustertrainingruntimes"
 POLL_S = 0.05
 
 # kubernetes-sigs/jobset pkg/constants/constants.go: the JobSet's condition reasons and
-# messages, which kubeflow/trainer pkg/runtime/framework/plugins/jobset/jobset.go (Status)
-# copies onto the TrainJob as `Complete` / `Failed`.
+# messages (the failures' in cluster/failure.py), which kubeflow/trainer
+# pkg/runtime/framework/plugins/jobset/jobset.go (Status) copies onto the TrainJob as
+# `Complete` / `Failed`.
 COMPLETED = ("AllJobsCompleted", "jobset completed successfully")
-FAILED_JOBS = ("FailedJobs", "jobset failed due to one or more job failures")
-MAX_RESTARTS = ("ReachedMaxRestarts", "jobset failed due to reaching max number of restarts")
+# kubeflow/trainer v2.3.0 pkg/constants/constants.go, pkg/apis/trainer/v1alpha1/trainjob_types.go:
+# the Failed condition past spec.activeDeadlineSeconds.
+DEADLINE = ("DeadlineExceeded", "TrainJob exceeded its active deadline")
+DEADLINE_EXCEEDED = "deadline"
 # kubeflow/trainer v2.3.0 pkg/controller/trainjob_controller.go (Reconcile): when the JobSet
 # cannot be created, a Warning Event with this reason and no condition; the error requeues the
 # TrainJob with controller-runtime's default per-item back-off (cmd/trainer-controller-manager/
@@ -64,6 +75,8 @@ class JobSetRun(threading.Thread):
     ):
         super().__init__(daemon=True, name=f"jobset-{trainjob['metadata']['name']}")
         self.api, self.kubelet, self.events, self.trainjob = api, kubelet, events, trainjob
+        self.created = time.monotonic()
+        """When the Trainer first saw it: its creationTimestamp, within a poll."""
         self.pods: list[Pod] = []
         """Every pod it started, all attempts, in order."""
         self.restarts = 0
@@ -85,32 +98,33 @@ class JobSetRun(threading.Thread):
             # JobSet's webhook refuses the JobSet Trainer would create (cluster/jobset_webhook.py).
             if refused := admission_error(plan.jobset):
                 return self._retry_creation(refused)
+            counted = 0
             while True:
-                failed_job = self._attempt(plan)
+                failure = self._attempt(plan)
                 if self.deleted.is_set():
                     return
-                if failed_job is None:
+                if failure is None:
                     return self._finish("Complete", *COMPLETED)
-                # kubernetes-sigs/jobset pkg/controllers/failure_policy.go executeFailurePolicy:
-                # no policy fails at once; the default rule restarts (recreates every Job) until
-                # maxRestarts restarts were made; messageWithFirstFailedJob names the Job.
-                reason, message = FAILED_JOBS if plan.max_restarts is None else MAX_RESTARTS
-                if plan.max_restarts is None or self.restarts >= plan.max_restarts:
-                    self._finish("Failed", reason, f"{message} (first failed job: {failed_job})")
-                    # The failed Job's running pods are terminated (kept, with their logs).
-                    for pod in self.current.values():
-                        self.kubelet.stop(pod)
-                    return
+                if failure == DEADLINE_EXCEEDED:
+                    return self._deadline_exceeded()
+                job_reason, job = failure
+                verdict, how, message = jobset_verdict(plan.failure_policy, job_reason, counted,
+                                                       job)  # fmt: skip
+                if verdict == "Failed":
+                    return self._finish("Failed", how, message)
+                # A restart recreates every Job: the old pods are deleted first.
                 for pod in self.pods:
                     if pod.attempt == self.restarts:
                         self.kubelet.delete(pod)
                 self.restarts += 1
+                counted += how == "counted"
         except BaseException as e:  # noqa: BLE001  (surfaced by the test through Cluster.errors)
             self.error = e
             print(f"test cluster: TrainJob {meta['namespace']}/{meta['name']}: {e!r}")
 
     def _retry_creation(self, refused: str) -> None:
-        """The JobSet is refused: record why, as an Event, on every requeue until deleted."""
+        """The JobSet is refused: record why, as an Event, on every requeue until deleted or
+        past the TrainJob's activeDeadlineSeconds (the deadline is reconciled all the same)."""
         # trainjob_controller.go: the error cut to 950 characters (`%.950v`), " ..." when cut.
         message = f"TrainJob resources reconciliation failed: {refused:.950}"
         if len(refused) > 950:
@@ -118,44 +132,88 @@ class JobSetRun(threading.Thread):
         backoff = REQUEUE_BASE_S
         while True:
             self.events.eventf(self.trainjob, "Warning", CREATION_FAILED, "Reconciling", message)
-            if self.deleted.wait(backoff):
+            if self._past_deadline():
+                return self._deadline_exceeded()
+            if self.deleted.wait(min(backoff, self._until_deadline())):
                 return
             backoff = min(backoff * 2, REQUEUE_MAX_S)
 
-    def _attempt(self, plan: Rendered) -> str | None:
-        """Run the JobSet's one Job (`<jobset>-node-0`) to its end; its name if it failed.
+    def _until_deadline(self) -> float:
+        seconds = self.trainjob["spec"].get("activeDeadlineSeconds")
+        if not seconds:
+            return math.inf
+        return max(0.0, self.created + seconds - time.monotonic())
+
+    def _past_deadline(self) -> bool:
+        return self._until_deadline() == 0
+
+    def _deadline_exceeded(self) -> None:
+        """kubeflow/trainer v2.3.0 pkg/controller/trainjob_controller.go (reconcileDeadline):
+        past spec.activeDeadlineSeconds from the TrainJob's creation, the TrainJob gets Failed
+        (DeadlineExceeded) and its JobSet is deleted, which deletes the pods."""
+        self._finish("Failed", *DEADLINE)
+        for pod in self.pods:
+            self.kubelet.delete(pod)
+
+    def _attempt(self, plan: Rendered) -> tuple[str, str] | str | None:
+        """Run the JobSet's one Job (`<jobset>-node-0`) to its end: None when it completed,
+        (the Job's failure reason, its name) when it failed, DEADLINE_EXCEEDED.
 
         kubernetes pkg/controller/job/job_controller.go: an Indexed Job of `num_nodes`
-        completions; a failed pod is replaced while failures <= backoffLimit, past it the Job
-        fails (BackoffLimitExceeded); the caller terminates its running pods.
+        completions. A failed pod is judged by the Job's podFailurePolicy (cluster/failure.py):
+        FailJob fails the Job (PodFailurePolicy); Ignore replaces the pod without counting it;
+        otherwise it counts, and is replaced while the count is within backoffLimit, past it
+        the Job fails (BackoffLimitExceeded). A failed Job's active pods are deleted
+        (syncJob: deleteActivePods).
         """
         port = _free_port()
         job = f"{plan.name}-{NODE}-0"
         for index in range(plan.num_nodes):
             self.pods.append(self.kubelet.start(plan, index, self.restarts, port))
         self._jobs_status(plan)
-        failures, succeeded = 0, set()
-        while len(succeeded) < plan.num_nodes:
+        counted, succeeded = 0, set()
+        failure: tuple[str, str] | None = None
+        while len(succeeded) < plan.num_nodes and failure is None:
             if self.deleted.is_set():
                 return None
+            if self._past_deadline():
+                return DEADLINE_EXCEEDED
             for index, pod in self.current.items():
-                code = pod.proc.poll()
+                code = pod.exit_code
                 if index in succeeded or code is None:
                     continue
                 if code == 0:
                     succeeded.add(index)
                     continue
-                failures += 1
-                if failures > plan.backoff_limit:
-                    return job
+                what = PodFailure(plan.namespace, pod.name, code, pod.conditions)
+                action, _ = match_pod_failure_policy(plan.pod_failure_rules, what)
+                if action == "FailJob":
+                    failure = (POD_FAILURE_POLICY, job)
+                    break
+                if action != "Ignore":
+                    counted += 1
+                    if counted > plan.backoff_limit:
+                        failure = (BACKOFF_LIMIT_EXCEEDED[0], job)
+                        break
                 self.pods.append(self.kubelet.start(plan, index, self.restarts, port))
             time.sleep(POLL_S)
-        return None
+        if failure is not None:
+            for pod in self.current.values():
+                if pod.exit_code is None:
+                    self.kubelet.delete(pod)
+        return failure
 
     def lose_node(self, index: int) -> Pod:
         """SIGKILL every process of node `index`'s current pod, as if its machine died."""
         pod = self.current[index]
         self.kubelet.kill(pod)
+        return pod
+
+    def evict(self, index: int) -> Pod:
+        """Evict node `index`'s current pod (a drain, a preemption): SIGTERM, its grace
+        period, DisruptionTarget (cluster/kubelet.py `evict`). Returns once it has ended."""
+        pod = self.current[index]
+        self.kubelet.evict(pod)
         return pod
 
     def _jobs_status(self, plan: Rendered) -> None:

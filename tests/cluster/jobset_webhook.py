@@ -15,9 +15,15 @@ kubernetes-sigs/jobset at v0.12.0 (the JobSet Kubeflow Trainer v2.3.0 pins in it
   invalid: <errors>`, which the API server prefixes with the webhook's name
   (k8s.io/apiserver pkg/admission/plugin/webhook/errors/statuserror.go).
 
-The other checks of `ValidateCreate` (coordinator, volumeClaimPolicies, failure-policy rules,
-dependsOn) look at fields no runtime of this project sets; a JobSet that sets them is refused
-here as not modelled rather than admitted unchecked.
+- `validateFailurePolicy`: each failure-policy rule (its empty name defaulted by `Default` to
+  `failurePolicyRule<i>`) has a name of 1-128 characters matching `ruleNameFmt`, unique; its
+  targetReplicatedJobs exist; its onJobFailureReasons are Job failure reasons JobSet knows; the
+  RestartJob actions need the RestartJob feature gate (alpha, off by default,
+  pkg/features/features.go).
+
+The other checks of `ValidateCreate` (coordinator, volumeClaimPolicies, dependsOn) look at
+fields no runtime of this project sets; a JobSet that sets them is refused here as not modelled
+rather than admitted unchecked.
 """
 
 from __future__ import annotations
@@ -81,10 +87,47 @@ def _as_label(path: str, value: str, too_long: str, reported: str | None = None)
             for m in _dns1035(value)]  # fmt: skip
 
 
+# jobset_webhook.go validOnJobFailureReasons (k8s.io/api batch/v1 JobReason*) and ruleNameFmt.
+JOB_FAILURE_REASONS = ("BackoffLimitExceeded", "DeadlineExceeded", "FailedIndexes",
+                       "MaxFailedIndexesExceeded", "PodFailurePolicy")  # fmt: skip
+_RULE_NAME = re.compile(r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$")
+
+
+def _failure_policy_errors(spec: dict[str, Any]) -> list[str]:
+    rules = (spec.get("failurePolicy") or {}).get("rules") or []
+    errors = []
+    if any(r["action"] in ("RestartJob", "RestartJobAndIgnoreMaxRestarts") for r in rules):
+        return ["RestartJob and RestartJobAndIgnoreMaxRestarts failure policy actions are not "
+                "allowed when RestartJob feature gate is disabled"]  # fmt: skip
+    rjobs = {rjob["name"] for rjob in spec["replicatedJobs"]}
+    names: dict[str, list[int]] = {}
+    for index, rule in enumerate(rules):
+        name = rule.get("name") or f"failurePolicyRule{index}"
+        if not 1 <= len(name) <= 128:
+            errors.append(f"invalid failure policy rule name of length {len(name)}, the rule "
+                          "name must be at least 1 characters long and at most 128 characters "
+                          "long")  # fmt: skip
+        names.setdefault(name, []).append(index)
+        if not _RULE_NAME.match(name):
+            errors.append(f"invalid failure policy rule name '{name}', a failure policy rule "
+                          "name must start with an alphabetic character, optionally followed by "
+                          "a string of alphanumeric characters or '_,:', and must end with an "
+                          "alphanumeric character or '_'")  # fmt: skip
+        errors += [f"invalid replicatedJob name '{r}' in failure policy does not appear in "
+                   ".spec.ReplicatedJobs" for r in rule.get("targetReplicatedJobs") or []
+                   if r not in rjobs]  # fmt: skip
+        errors += [f"invalid job failure reason '{r}' in failure policy is not a recognized job "
+                   "failure reason" for r in rule.get("onJobFailureReasons") or []
+                   if r not in JOB_FAILURE_REASONS]  # fmt: skip
+    # Go's `%v` of an []int: [0 1].
+    errors += [f"rule names are not unique, rules with indices [{' '.join(map(str, indices))}] "
+               f"all have the same name '{name}'" for name, indices in names.items()
+               if len(indices) > 1]  # fmt: skip
+    return errors
+
+
 def _unmodelled(spec: dict[str, Any]) -> list[str]:
     found = [key for key in ("coordinator", "volumeClaimPolicies") if spec.get(key)]
-    if (spec.get("failurePolicy") or {}).get("rules"):
-        found.append("failurePolicy.rules")
     if any(rjob.get("dependsOn") for rjob in spec["replicatedJobs"]):
         found.append("dependsOn")
     return found
@@ -112,7 +155,7 @@ def validate_create(jobset: dict[str, Any]) -> list[str]:
         if indexed and job_spec.get("completions") is not None:
             longest_pod = f"{longest_job}-{int(job_spec['completions']) - 1}-abcde"
             errors += _as_label(f"{path}.name", longest_pod, POD_NAME_TOO_LONG, longest_job)
-    return errors
+    return errors + _failure_policy_errors(spec)
 
 
 def admission_error(jobset: dict[str, Any]) -> str | None:

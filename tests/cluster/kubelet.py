@@ -29,6 +29,8 @@ What a pod gets here, and how that stands in for a node:
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import gzip
 import json
 import os
@@ -53,8 +55,10 @@ from components.podlogs import STATUS_FILE, UID_FILE
 
 # kubernetes staging/src/k8s.io/apimachinery/pkg/util/rand/rand.go: generateName's alphabet.
 _SUFFIX = "bcdfghjklmnpqrstvwxz2456789"
-# Seconds between SIGTERM and SIGKILL when a pod is deleted (a pod's default is 30; kept short).
-GRACE_S = 3
+# Starts a container's first process as PID 1 of its own PID namespace.
+PID1 = Path(__file__).with_name("pid1.py")
+# kubernetes pkg/apis/core/v1/defaults.go: a pod's terminationGracePeriodSeconds defaults to 30.
+DEFAULT_GRACE_S = 30
 # kubernetes pkg/kubelet/kubelet.go: image pulls back off from backOffPeriod (10 s), doubling to
 # MaxContainerBackOff (300 s) (flowcontrol.NewBackOff); kept short here, as the log monitor's
 # interval is, so a test sees ErrImagePull turn into ImagePullBackOff within seconds.
@@ -111,7 +115,7 @@ class ContainerLog(threading.Thread):
                 self.file.flush()
         with self.lock:
             self.file.close()
-        code = self.proc.wait()
+        code = exit_code(self.proc.wait())
         self.path.with_suffix(".exit").write_text(str(code))
         if self.status is not None:
             self.status.terminated(code)
@@ -152,6 +156,35 @@ class Pod:
     """Its status.json."""
     image_pull: _ImagePull | None = None
     """The kubelet's pulls of an image the registry lacks."""
+    grace_s: float = DEFAULT_GRACE_S
+    """Its terminationGracePeriodSeconds."""
+    pid_namespace: bool = False
+    """Whether its container runs in a PID namespace of its own (cluster/pid1.py), as PID 1."""
+
+    @property
+    def exit_code(self) -> int | None:
+        """Container `node`'s exit code as the runtime reports it, None while it runs."""
+        code = self.proc.poll()
+        return None if code is None else exit_code(code)
+
+    @property
+    def conditions(self) -> frozenset[str]:
+        return frozenset(self.status.conditions) if self.status else frozenset()
+
+    def first_process(self) -> int:
+        """The host pid of the container's first process: PID 1 of its namespace (the child
+        cluster/pid1.py forked), else the process the kubelet started."""
+        if not self.pid_namespace:
+            return self.proc.pid
+        children = Path(f"/proc/{self.proc.pid}/task/{self.proc.pid}/children")
+        for _ in range(200):  # pid1.py forks at once; give it a moment under load
+            with contextlib.suppress(FileNotFoundError):
+                if pids := children.read_text().split():
+                    return int(pids[0])
+            if self.proc.poll() is not None:
+                break
+            time.sleep(0.01)
+        return self.proc.pid
 
     @property
     def machine(self) -> str:
@@ -185,6 +218,17 @@ class _Status:
     def __init__(self, folder: Path, image: str) -> None:
         self.path, self.image = folder / STATUS_FILE, image
         self.lock = threading.Lock()
+        self.started = ""
+        self.conditions: dict[str, dict[str, Any]] = {}
+        """Conditions set by others than the kubelet (DisruptionTarget), by type."""
+        self._last: tuple[str, dict, dict | None] | None = None
+
+    def condition(self, kind: str, reason: str, message: str) -> None:
+        """Add a True condition of `kind` (kept in every later status)."""
+        self.conditions[kind] = {"type": kind, "status": "True", "reason": reason,
+                                 "message": message, "lastTransitionTime": _now()}  # fmt: skip
+        if self._last is not None:
+            self._write(*self._last)
 
     def unschedulable(self, message: str) -> None:
         self._write("Pending", {"status": "False", "reason": "Unschedulable", "message": message})
@@ -204,9 +248,10 @@ class _Status:
                     {"terminated": state})  # fmt: skip
 
     def _write(self, phase: str, scheduled: dict, state: dict | None = None) -> None:
+        self._last = (phase, scheduled, state)
         status: dict[str, Any] = {"phase": phase, "conditions": [
             {"type": "PodScheduled", "lastProbeTime": None, "lastTransitionTime": _now(),
-             **scheduled}]}  # fmt: skip
+             **scheduled}, *self.conditions.values()]}  # fmt: skip
         if state is not None:
             status["containerStatuses"] = [{
                 "name": NODE, "image": self.image, "imageID": "", "ready": "running" in state,
@@ -410,6 +455,9 @@ class Kubelet:
         else:
             argv = [_remap(a, mounts) for a in plan.container.get("command", []) +
                     plan.container.get("args", [])]  # fmt: skip
+        namespaced = not pending and pid_namespaces()
+        if namespaced:
+            argv = [sys.executable, str(PID1), *argv]
         local = {k: _remap(v, mounts) for k, v in env.items()}
         if "PET_MASTER_ADDR" in env:  # node 0's DNS name and the JobSet's port, as mapped here
             local.update(PET_MASTER_ADDR="127.0.0.1", PET_MASTER_PORT=str(port))
@@ -433,8 +481,9 @@ class Kubelet:
         )  # fmt: skip
         container_log = ContainerLog(proc, folder / f"{NODE}.log", None if pending else status)
         container_log.start()
+        grace = plan.pod_spec.get("terminationGracePeriodSeconds", DEFAULT_GRACE_S)
         pod = Pod(name, index, attempt, env, argv, folder, proc, container_log, claims, pending,
-                  status=status)  # fmt: skip
+                  status=status, grace_s=grace, pid_namespace=namespaced)  # fmt: skip
         if pull is not None:
             pod.image_pull = pull
             pull.start()
@@ -468,16 +517,35 @@ class Kubelet:
             pass
 
     def stop(self, pod: Pod) -> None:
-        """Terminate the pod's processes as a deletion does: SIGTERM, then SIGKILL after grace."""
+        """Terminate the pod's container as a deletion does: SIGTERM to its first process
+        alone, SIGKILL to all when the grace period ends.
+
+        kubernetes pkg/kubelet/kuberuntime/kuberuntime_container.go (killContainer) asks the
+        runtime to stop the container with the pod's grace period; containerd signals the
+        container's init process only (the task's Kill without `all`), and SIGKILLs it once the
+        timeout passes, which ends every process of its PID namespace. An init process that
+        has no handler for SIGTERM does not get it at all (the kernel drops it: pid_namespaces(7),
+        "signals sent to the init process"), so it waits out the grace period.
+        """
         if pod.proc.poll() is None:
-            self.kill(pod, signal.SIGTERM)
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pod.first_process(), signal.SIGTERM)
             try:
-                pod.proc.wait(GRACE_S)
+                pod.proc.wait(pod.grace_s)
             except subprocess.TimeoutExpired:
                 self.kill(pod)
                 pod.proc.wait()
         if pod.proc.stdin:
             pod.proc.stdin.close()
+
+    def evict(self, pod: Pod) -> None:
+        """Evict the pod, as `kubectl drain` does, and delete it: kubernetes
+        pkg/registry/core/pod/storage/eviction.go adds the DisruptionTarget condition
+        (EvictionByEvictionAPI) before the deletion, which a Job's podFailurePolicy reads."""
+        if pod.status is not None:
+            pod.status.condition("DisruptionTarget", "EvictionByEvictionAPI",
+                                 "Eviction API: evicting")  # fmt: skip
+        self.delete(pod)
 
     def delete(self, pod: Pod) -> None:
         """Stop the pod and take it out of the namespace (its log kept under `.deleted/`)."""
@@ -523,6 +591,23 @@ def _rotate_log(log: ContainerLog, policy: LogRotation) -> None:
             os.remove(p)
     path.rename(f"{path}.{time.strftime('%Y%m%d-%H%M%S')}")
     log.reopen()
+
+
+def exit_code(returncode: int) -> int:
+    """A container's exit code as the runtime reports it: a process killed by signal N ends
+    with 128 + N (containerd, as a shell reports it)."""
+    return 128 - returncode if returncode < 0 else returncode
+
+
+@functools.cache
+def pid_namespaces() -> bool:
+    """Whether containers can run in a PID namespace of their own here (cluster/pid1.py needs
+    root); without one a container's first process is an ordinary process, which SIGTERM ends
+    where a PID 1 would not even receive it."""
+    if os.geteuid() != 0:
+        return False
+    probe = [sys.executable, str(PID1), "true"]
+    return subprocess.run(probe, capture_output=True).returncode == 0
 
 
 def _quantity(text: str | int | float) -> float:

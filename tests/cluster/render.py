@@ -43,6 +43,17 @@ class Rendered:
     spec with the replicatedJob above (what JobSet's webhook judges, cluster/jobset_webhook.py)."""
 
     @property
+    def failure_policy(self) -> dict[str, Any] | None:
+        """The JobSet's failurePolicy (maxRestarts, rules), None if it has none."""
+        return self.jobset["spec"].get("failurePolicy")
+
+    @property
+    def pod_failure_rules(self) -> list[dict[str, Any]]:
+        """The Job's podFailurePolicy rules (none: every failed pod counts)."""
+        job_spec = self.jobset["spec"]["replicatedJobs"][0]["template"]["spec"]
+        return (job_spec.get("podFailurePolicy") or {}).get("rules") or []
+
+    @property
     def master_addr(self) -> str:
         """The DNS name the torch plugin gives torchrun: node 0's pod in the JobSet's service."""
         return master_addr(self.name)
