@@ -2,7 +2,8 @@
 
 Every stage on a cluster goes through `launch()`:
   1. build a TrainJob that sets only `spec.runtimeRef` and `spec.trainer` (image, command, args,
-     env, numNodes, numProcPerNode, resourcesPerNode): the fields every Trainer v2.0-v2.3 has;
+     env, numNodes, numProcPerNode, resourcesPerNode): the fields every Trainer v2.0-v2.3 has,
+     and `spec.activeDeadlineSeconds` (v2.2+; older ones drop it);
   2. create it under a fresh name (a retry or re-run never picks up an old TrainJob);
   3. follow it with a watch from the creation's resourceVersion, re-listing when the server says
      the version is gone (410) and resuming when a watch window ends; no sleeps;
@@ -15,11 +16,14 @@ the cluster objects are described in docs/architecture.md.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import re
 import secrets
+import signal
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,6 +33,7 @@ from components.logfollow import LogFollower
 from components.placement import Placement
 from components.podlogs import PodLogs, PodRef, from_environment, node0_log
 from components.stagelog import LOG_TAIL_LINES, tail
+from gpt.errors import first_line
 
 GROUP = "trainer.kubeflow.org"
 VERSION = "v1alpha1"
@@ -39,6 +44,9 @@ STAGE_LABEL = "gpt-trainjobs/stage"
 PART_OF = {"app.kubernetes.io/part-of": "gpt-trainjobs"}
 # Longest single watch request; the server closes it and we resume from the last version seen.
 WATCH_WINDOW_S = 300
+
+# How long after the step's timeout the TrainJob's own activeDeadlineSeconds ends it.
+DEADLINE_MARGIN_S = 60
 
 _LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$")
 
@@ -128,7 +136,15 @@ def build_trainjob(spec: TrainJobSpec, name: str, namespace: str, run: str) -> d
             "namespace": namespace,
             "labels": {**PART_OF, STAGE_LABEL: spec.stage, RUN_LABEL: label_value(run)},
         },
-        "spec": {"runtimeRef": {"name": spec.runtime}, "trainer": trainer},
+        "spec": {
+            "runtimeRef": {"name": spec.runtime},
+            "trainer": trainer,
+            # The server's own backstop should this step die without deleting it: Trainer
+            # v2.2+ fails the TrainJob (DeadlineExceeded) and deletes its JobSet past it. A
+            # little after the step's own timeout, whose message says more. Trainer v2.0 and
+            # v2.1 have no such field: their API server drops it (pruning unknown fields).
+            "activeDeadlineSeconds": math.ceil(spec.placement.timeout) + DEADLINE_MARGIN_S,
+        },
     }
 
 
@@ -216,7 +232,8 @@ def launch(
     )
     follower = LogFollower(pods, namespace, name, say).start()
     try:
-        final = _follow(api, namespace, name, obj, start + timeout, on_update, startup)
+        with _sigterm_raises():
+            final = _follow(api, namespace, name, obj, start + timeout, on_update, startup)
     except TrainJobStuck as e:
         _delete(api, namespace, name)
         raise TrainJobStuck(f"{e}; deleted it") from None
@@ -226,6 +243,14 @@ def launch(
             f"TrainJob {namespace}/{name} did not finish within {timeout:g} s; deleted it. "
             f"Log tail:\n{log_tail(LOG_TAIL_LINES)}"
         ) from None
+    except TrainJobFailed:
+        raise  # it ended (or is gone) already: its pods and their logs stay for a look
+    except BaseException as e:
+        # SIGTERM (KFP's Terminate), Ctrl-C, an API error: nobody follows the TrainJob any
+        # more, so nothing may keep running for it.
+        _delete(api, namespace, name)
+        say(f"{first_line(e)}: deleted TrainJob {namespace}/{name}")
+        raise
     finally:
         follower.finish()
     elapsed = time.monotonic() - start
@@ -305,6 +330,28 @@ class _Startup:
     def wake(self, remaining: float) -> float:
         """How long the next watch window may last: until the next check is due."""
         return max(0.05, min(remaining, self.next_check - time.monotonic() + 0.05))
+
+
+class StepTerminated(Exception):
+    """The step process got SIGTERM (KFP's Terminate stops a running step with it)."""
+
+
+@contextlib.contextmanager
+def _sigterm_raises() -> Iterator[None]:
+    """While inside, SIGTERM raises StepTerminated (in the main thread only, where Python runs
+    signal handlers; elsewhere nothing changes)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def terminated(signum: int, frame: object) -> None:
+        raise StepTerminated("SIGTERM: the step was terminated")
+
+    previous = signal.signal(signal.SIGTERM, terminated)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _finished(obj: dict[str, Any]) -> bool:
