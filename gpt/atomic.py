@@ -51,11 +51,20 @@ _NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
 _OS_ERROR_IN_MESSAGE = re.compile(r"\(os error (\d+)\)")
 
 
-def _out_of_space(e: Exception) -> bool:
-    if isinstance(e, OSError):
-        return e.errno in _NO_SPACE
-    found = _OS_ERROR_IN_MESSAGE.search(str(e))
-    return found is not None and int(found[1]) in _NO_SPACE
+def _out_of_space(e: BaseException | None) -> bool:
+    """Whether `e`, or an exception it was raised in handling, says the volume is out of space:
+    torch's zip writer, when Python's write of its data failed, fails again closing the file
+    ("unexpected pos") with the OSError as its context."""
+    seen = set()
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        if isinstance(e, OSError):
+            if e.errno in _NO_SPACE:
+                return True
+        elif (found := _OS_ERROR_IN_MESSAGE.search(str(e))) and int(found[1]) in _NO_SPACE:
+            return True
+        e = e.__cause__ or e.__context__
+    return False
 
 
 @contextlib.contextmanager

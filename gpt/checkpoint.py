@@ -43,8 +43,8 @@ def save(run: RunDir, step: int, model: torch.nn.Module, optimizer: torch.optim.
     with atomic.staged_dir(dest, what=what) as stage:
         # save_model, not save_file: the tied embedding and head share one tensor.
         safetensors.torch.save_model(model, str(stage / MODEL))
-        # Into a Python file, not to a path: torch's own writer reports a full volume as
-        # "unexpected pos", its errno lost; Python's write raises the OSError it is.
+        # Into a Python file, not to a path: torch's own file writer reports a full volume as
+        # "unexpected pos" and nothing more; Python's write raises the OSError it is.
         with open(stage / OPTIMIZER, "wb") as f:
             torch.save(optimizer.state_dict(), f)
         (stage / STATE).write_text(json.dumps(state, indent=2, sort_keys=True) + "\n")
