@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 from test_prompt import export, one_shot
+from test_sources import server  # noqa: F401 (a fixture)
 from train_fixtures import train, train_cli, write_data
 
 from gpt.atomic import _LEFTOVER
@@ -242,6 +243,20 @@ def test_corpus_leaves_the_previous_corpus_and_data(volume: Volume, tmp_path: Pa
     out = subprocess.run(again, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     assert rundir.text_txt.read_bytes() == large.read_bytes()
+
+
+def test_a_download_is_not_retried_as_if_the_network_failed(
+    volume: Volume, server: str  # noqa: F811 (test_sources's fixture, imported above)
+) -> None:
+    volume.fill(LOCK)
+    url = f"{server}/stream"
+    out = subprocess.run([sys.executable, "-m", "gpt", "load-corpus", "--root", str(volume.path),
+                          "--run", RUN, "--source", url], capture_output=True, text=True)
+    scratch = re.escape(f"{volume.path}/.{RUN}.") + r"[a-z0-9_]{8}\.staging"
+    assert re.fullmatch(rf"no space left on {scratch}/download \(writing the download of "
+                        rf"{re.escape(url)}\)", error(out, "load-corpus")), out.stderr
+    assert "attempt" not in out.stdout
+    assert sorted(p.name for p in volume.path.iterdir()) == ["filler"]
 
 
 def test_a_full_root_fails_at_the_run_lock(volume: Volume) -> None:
