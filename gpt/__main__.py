@@ -1,8 +1,8 @@
 """`python -m gpt <stage> [--flag value ...]`: the single command line for every stage.
 
 The stages are gpt/stages.py's table; a stage's flags are its config's fields (gpt/config.py),
-parsed by gpt/cli.py. Bad input ends with one line on stderr and exit status EXIT_FATAL (2); a
-stage stopped by SIGTERM at a checkpoint exits EXIT_STOPPED (gpt/errors.py).
+parsed by gpt/cli.py. Bad input, and a full volume, end with one line on stderr and exit status
+EXIT_FATAL (2); a stage stopped by SIGTERM at a checkpoint exits EXIT_STOPPED (gpt/errors.py).
 """
 
 from __future__ import annotations
@@ -42,7 +42,8 @@ def main(argv: list[str] | None = None) -> int:
             stage.run(cfg)
     except (ValueError, InputError) as e:
         # ValueError comes from a config's validation, InputError from a stage refusing its
-        # input; any other exception is a bug and keeps its traceback.
+        # input or from a writer finding the volume full (DiskFull); any other exception is a
+        # bug and keeps its traceback.
         print(f"{stage.prog}: error: {e}", file=sys.stderr)
         return EXIT_FATAL
     except Stopped as e:

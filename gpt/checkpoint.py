@@ -39,14 +39,18 @@ def save(run: RunDir, step: int, model: torch.nn.Module, optimizer: torch.optim.
          state: dict[str, Any], rngs: list[dict[str, Any]], keep_last: int) -> Path:
     """Write `ckpt/step-<step>/`, point LATEST at it, and drop all but the newest `keep_last`."""
     dest = run.ckpt_step(step)
-    with atomic.staged_dir(dest) as stage:
+    what = f"checkpoint step {step}"
+    with atomic.staged_dir(dest, what=what) as stage:
         # save_model, not save_file: the tied embedding and head share one tensor.
         safetensors.torch.save_model(model, str(stage / MODEL))
-        torch.save(optimizer.state_dict(), stage / OPTIMIZER)
+        # Into a Python file, not to a path: torch's own file writer reports a full volume as
+        # "unexpected pos" and nothing more; Python's write raises the OSError it is.
+        with open(stage / OPTIMIZER, "wb") as f:
+            torch.save(optimizer.state_dict(), f)
         (stage / STATE).write_text(json.dumps(state, indent=2, sort_keys=True) + "\n")
         (stage / RNG).write_text(json.dumps({str(r): s for r, s in enumerate(rngs)}) + "\n")
         faults.checkpoint_staged(step)
-    atomic.write_text(run.latest, dest.name + "\n")
+    atomic.write_text(run.latest, dest.name + "\n", what=f"the pointer to {what}")
     prune(run, keep_last)
     return dest
 

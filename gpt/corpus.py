@@ -53,7 +53,7 @@ class TextFile:
 def main(cfg: CorpusConfig) -> None:
     rd = cfg.rundir
     kind = kind_of(cfg.source)
-    with scratch_dir(rd.path) as scratch:
+    with scratch_dir(rd.path, what="the corpus (download, cleaned text, token ids)") as scratch:
         text_path = scratch / rd.text_txt.name
         reading = Progress("cleaned", source_bytes(cfg.source))
         with open(text_path, "wb") as f:
@@ -170,12 +170,15 @@ def write(
     """Move the text and token files from `scratch` into place, with their descriptions."""
     # Both directories are complete before either is renamed into place (data/ first, then
     # corpus/); an error anywhere removes both staging directories.
-    with staged_dir(rd.corpus_dir) as corpus, staged_dir(rd.data_dir) as data:
+    with (
+        staged_dir(rd.corpus_dir, what="the corpus") as corpus,
+        staged_dir(rd.data_dir, what="the token data") as data,
+    ):
         os.replace(scratch / rd.text_txt.name, corpus / rd.text_txt.name)
-        write_json(corpus / rd.source_json.name, source)
+        write_json(corpus / rd.source_json.name, source, what="the corpus's source record")
         for f in (rd.train_bin, rd.val_bin):
             os.replace(scratch / f.name, data / f.name)
-        write_json(data / rd.tokenizer_json.name, tok.to_json())
+        write_json(data / rd.tokenizer_json.name, tok.to_json(), what="the tokenizer")
         meta.write(data / rd.meta_json.name)
 
 

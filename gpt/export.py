@@ -38,10 +38,11 @@ def export_weights(model: GPT) -> dict[str, torch.Tensor]:
 
 def save_export(model: GPT, tokenizer: dict[str, Any], dest: Path) -> None:
     """Write `dest/` (weights, config, tokenizer) in one atomic step."""
-    with atomic.staged_dir(dest) as stage:
+    what = "the exported model"
+    with atomic.staged_dir(dest, what=what) as stage:
         safetensors.torch.save_file(export_weights(model), str(stage / WEIGHTS))
-        atomic.write_json(stage / CONFIG, dataclasses.asdict(model.config))
-        atomic.write_json(stage / TOKENIZER, tokenizer)
+        atomic.write_json(stage / CONFIG, dataclasses.asdict(model.config), what=what)
+        atomic.write_json(stage / TOKENIZER, tokenizer, what=what)
 
 
 def load_export(src: Path, device: str = "cpu") -> tuple[GPT, dict[str, Any]]:

@@ -144,6 +144,7 @@ class Chat:
                     "seed": seed,
                     **dataclasses.asdict(settings),
                 },
+                what="the transcript",
             )
 
     def command(self, line: str) -> None:

@@ -38,7 +38,8 @@ def keep_until(path: Path, step: int) -> None:
     records = read_jsonl(path)
     kept = [r for r in records if r["step"] <= step]
     if len(kept) < len(records):
-        atomic.write_text(path, "".join(json.dumps(r, sort_keys=True) + "\n" for r in kept))
+        atomic.write_text(path, "".join(json.dumps(r, sort_keys=True) + "\n" for r in kept),
+                          what=f"the metrics up to step {step}")
 
 
 def plot_losses(records: list[dict[str, Any]], dest: Path) -> None:
@@ -55,7 +56,7 @@ def plot_losses(records: list[dict[str, Any]], dest: Path) -> None:
     ax.set_ylabel("loss (nats per token)")
     ax.grid(alpha=0.3)
     ax.legend()
-    with atomic.atomic_path(dest) as tmp:
+    with atomic.atomic_path(dest, what="the loss plot") as tmp:
         fig.savefig(tmp, format="png", dpi=100)
 
 
@@ -78,4 +79,4 @@ def write(run: RunDir, summary: Summary) -> None:
         + "\n![train and validation loss](loss.png)\n\n"
         + f"## Settings\n\n```\n{summary.command}\n```\n"
     )
-    atomic.write_text(run.report_md, text)
+    atomic.write_text(run.report_md, text, what="the report")

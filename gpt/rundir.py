@@ -146,7 +146,7 @@ class DataMeta(CorpusInputs):
     val_bytes: int
 
     def write(self, path: Path) -> None:
-        atomic.write_json(path, dataclasses.asdict(self))
+        atomic.write_json(path, dataclasses.asdict(self), what="the data's description")
 
     @staticmethod
     def read_raw(path: Path) -> dict[str, Any]:

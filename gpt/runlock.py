@@ -89,7 +89,8 @@ def hold(run: RunDir, holder: str) -> Iterator[None]:
                       "to finish, or stop it")
     try:
         os.ftruncate(fd, 0)
-        os.write(fd, f"{holder} (pid {os.getpid()} on {socket.gethostname()})\n".encode())
+        with atomic.writing(path, "the run lock"):
+            os.write(fd, f"{holder} (pid {os.getpid()} on {socket.gethostname()})\n".encode())
         atomic.sweep(run.path)
         atomic.sweep(run.root, run.run)  # scratch_dir's beside the run directory
         yield

@@ -23,6 +23,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from gpt.atomic import writing
 from gpt.cleaning import emit, normalised, scan
 from gpt.errors import InputError
 from gpt.progress import Progress
@@ -218,7 +219,12 @@ def fetch_url(url: str, dl: Download, dest: Path) -> int:
 
 def _get(url: str, dl: Download, dest: Path) -> int:
     req = urllib.request.Request(url, headers={"User-Agent": USER_AGENT})
-    with urllib.request.urlopen(req, timeout=dl.timeout) as resp, open(dest, "wb") as out:
+    # A full volume is a DiskFull, not an OSError that the retries above take for the network's.
+    with (
+        writing(dest, f"the download of {url}"),
+        urllib.request.urlopen(req, timeout=dl.timeout) as resp,
+        open(dest, "wb") as out,
+    ):
         length = resp.headers.get("Content-Length")
         length = length or ""
         if length.isdigit() and int(length) > dl.max_bytes:

@@ -250,7 +250,8 @@ class Trainer:
                 record |= (last_val := self.evaluate())
             if record and world.is_main:
                 append_jsonl(self.run.train_jsonl,
-                             {"step": st.step, "elapsed_s": st.elapsed_s, **record})
+                             {"step": st.step, "elapsed_s": st.elapsed_s, **record},
+                             what=f"the metrics of step {st.step}")
             if checkpoint_due:
                 self._save()
             if stop and not self.done():

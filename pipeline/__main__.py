@@ -79,7 +79,7 @@ def run_local(package: Path, root: Path, run: str, overrides: dict[str, Any]) ->
         atomic.sweep(outputs.parent, run)  # what a killed pipeline of this run staged
         os.environ.update(runlock.environment_for_children(rundir))
         try:
-            with atomic.staged_dir(outputs) as staged:
+            with atomic.staged_dir(outputs, what="the steps' outputs") as staged:
                 local.init(
                     runner=local.SubprocessRunner(use_venv=False),
                     pipeline_root=str(staged),

@@ -152,7 +152,7 @@ def test_failure_while_writing_leaves_old_data_intact(root: Path, monkeypatch) -
     main(cfg)
     before = tree(cfg.rundir.path)
 
-    def broken(path: Path, obj: object) -> None:
+    def broken(path: Path, obj: object, what: str) -> None:
         raise OSError("disk full")
 
     monkeypatch.setattr(gpt.corpus, "write_json", broken)
