@@ -7,6 +7,7 @@ the launcher created, and the launcher must react (watch, not polling sleeps).
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 import subprocess
 import time
@@ -57,9 +58,11 @@ def test_a_stage_that_cannot_lead_a_name_is_refused():
             launcher.trainjob_name(stage)
 
 
-def test_spec_sets_only_runtime_ref_and_trainer():
+def test_spec_sets_only_runtime_ref_trainer_and_the_deadline():
     body = launcher.build_trainjob(SPEC, "train-gpt-demo-abc123", "training", "Run 1/x")
-    assert set(body["spec"]) == {"runtimeRef", "trainer"}
+    assert set(body["spec"]) == {"runtimeRef", "trainer", "activeDeadlineSeconds"}
+    # The server's backstop comes after the step's own timeout, in whole seconds.
+    assert body["spec"]["activeDeadlineSeconds"] == math.ceil(SPEC.placement.timeout) + 60
     assert body["spec"]["runtimeRef"] == {"name": "gpt-train-gpt"}
     trainer = body["spec"]["trainer"]
     assert set(trainer) <= {

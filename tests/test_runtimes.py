@@ -188,7 +188,7 @@ def test_each_component_creates_an_accepted_trainjob_and_reports_back(
     assert re.fullmatch(f"{stage}-[0-9a-f]{{8}}", job["metadata"]["name"])
     assert job["metadata"]["labels"][launcher.RUN_LABEL] == "run-1"
     defaulted = {"managedBy", "suspend"}  # the CRD's defaults, not ours
-    assert set(job["spec"]) - defaulted == {"runtimeRef", "trainer"}
+    assert set(job["spec"]) - defaulted == {"runtimeRef", "trainer", "activeDeadlineSeconds"}
     assert job["spec"]["runtimeRef"]["name"] == runtime
     trainer = job["spec"]["trainer"]
     assert trainer["image"] == image  # what the pipeline passed, not what the step's image holds
