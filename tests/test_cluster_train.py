@@ -12,7 +12,6 @@ from pathlib import Path
 import pytest
 import yaml
 from apiserver import apply_cluster_object
-from cluster import Claim
 from safetensors.torch import load_file
 
 from components.launcher import GROUP, VERSION, TrainJobFailed
@@ -38,16 +37,6 @@ def train_on_cluster(cluster, run: str, nodes: int, procs: int, **flags) -> dict
     placement = Placement(num_nodes=nodes, num_proc_per_node=procs, timeout=120)
     return run_stage("train-gpt", values, placement, backend="trainjob", image="gpt-workload:t",
                      namespace=cluster.namespace, say=lambda _: None)  # fmt: skip
-
-
-@pytest.fixture
-def pvc(trainer_cluster) -> Path:
-    """The folder that is PVC gpt-pvc (/gpt in the pods), made ReadWriteMany as a multi-node
-    train needs (docs/cluster.md)."""
-    folder = trainer_cluster.kubelet.claims[(trainer_cluster.namespace, "gpt-pvc")].folder
-    trainer_cluster.kubelet.bind(trainer_cluster.namespace, "gpt-pvc",
-                                 Claim(folder, ("ReadWriteMany",)))  # fmt: skip
-    return folder
 
 
 def flags_as_cli(flags: dict) -> list[str]:

@@ -46,7 +46,7 @@ UPSTREAM_RUNTIME = Path("trainer-crds") / "v2.3.0" / "reference-torch_distribute
 # Two shared cores: one thread per process (torchrun sets it only for > 1 process per node).
 NODE_ENV = {"OMP_NUM_THREADS": "1"}
 
-__all__ = ["Claim", "Cluster", "Kubelet", "runtimes", "trainer_cluster"]
+__all__ = ["Claim", "Cluster", "Kubelet", "pvc", "runtimes", "trainer_cluster"]
 
 
 def runtimes(shared: Path) -> list[dict]:
@@ -75,3 +75,13 @@ def trainer_cluster(shared, apiserver, custom_api, tmp_path, monkeypatch) -> Ite
     yield cluster
     cluster.shutdown()
     assert not cluster.errors(), "the test cluster itself failed"
+
+
+@pytest.fixture
+def pvc(trainer_cluster) -> Path:
+    """The folder that is PVC gpt-pvc (/gpt in the pods), made ReadWriteMany as a multi-node
+    train needs (docs/cluster.md)."""
+    folder = trainer_cluster.kubelet.claims[(trainer_cluster.namespace, "gpt-pvc")].folder
+    trainer_cluster.kubelet.bind(trainer_cluster.namespace, "gpt-pvc",
+                                 Claim(folder, ("ReadWriteMany",)))  # fmt: skip
+    return folder
