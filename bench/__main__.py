@@ -21,6 +21,7 @@ BENCHMARKS = {
     "time_to_quality": "bench.time_to_quality",
     "vs_nanogpt": "bench.vs_nanogpt",
     "precision": "bench.precision",
+    "stop_checkpoint": "bench.stop_checkpoint",
 }
 
 

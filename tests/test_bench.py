@@ -169,3 +169,18 @@ def test_the_corpus_benchmark_measures_speed_and_peak_memory_next_to_raw_tiktoke
     for row in result.rows:
         assert row["bytes"] > 250_000 and row["MB/s"] > 0 and row["raw tiktoken MB/s"] > 0
         assert 10 < row["peak RSS MB"] < 600 and row["vs raw"].endswith("x")
+
+
+def test_stop_checkpoint_times_the_checkpoint_a_sigterm_writes(monkeypatch):
+    from bench import stop_checkpoint
+    from gpt.config import TrainConfig
+
+    model = TrainConfig(n_layer=1, n_embd=32, n_head=2).model_config(64)
+    monkeypatch.setattr(stop_checkpoint, "MODELS", {"tiny": model})
+    (row,) = stop_checkpoint.run(quick=True).rows
+    # Weights and AdamW's two moments, float32: at least three copies of the parameters.
+    from gpt.model import GPT
+
+    params = sum(p.numel() for p in GPT(model).parameters())
+    assert row["bytes"] >= 3 * 4 * params
+    assert row["save_s"]["median"] > 0
