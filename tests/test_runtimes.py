@@ -239,3 +239,15 @@ def test_attach_hint_names_the_pod_once_an_update_finds_it():
         "Pod generative-prompt-r-abc123-node-0-0-xyz is up; attach with:\n"
         "  kubectl -n training attach -it generative-prompt-r-abc123-node-0-0-xyz -c node"
     ]
+
+
+def test_the_train_runtime_leaves_a_lost_node_within_a_minute():
+    """Without its own tolerations a pod gets DefaultTolerationSeconds' 300 s for an
+    unreachable or not-ready node (kubernetes plugin/pkg/admission/defaulttolerationseconds)."""
+    runtime = yaml.safe_load((PROJECT / "runtimes/gpt-train-gpt.yaml").read_text())
+    (rjob,) = runtime["spec"]["template"]["spec"]["replicatedJobs"]
+    tolerations = rjob["template"]["spec"]["template"]["spec"]["tolerations"]
+    for taint in ("node.kubernetes.io/unreachable", "node.kubernetes.io/not-ready"):
+        (t,) = [t for t in tolerations if t["key"] == taint]
+        assert t["effect"] == "NoExecute" and t["operator"] == "Exists"
+        assert 0 < t["tolerationSeconds"] <= 60

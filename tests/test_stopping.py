@@ -128,3 +128,32 @@ def test_a_bad_flag_under_torchrun_exits_fatal_with_one_line(tmp_path: Path) -> 
     assert out.returncode == EXIT_FATAL, out.stderr[-2000:]
     assert "--batch_size 7: must split evenly over 2 process(es)" in out.stderr
     assert "torchrun: a worker exited with status 2" in out.stderr
+
+
+@pytest.mark.slow
+def test_with_the_default_flags_a_sigterm_resumes_bit_identical(tmp_path: Path) -> None:
+    """What the README says, with the default model and recipe (100 steps, as
+    tests/test_train.py's default-flags test): SIGTERM at a random step, then the same command,
+    gives the weights of the run that was never stopped."""
+    for run in ("whole", "stopped"):
+        write_data(tmp_path, run)
+
+    def command(run: str) -> list[str]:
+        return [sys.executable, "-m", "gpt", "train-gpt", "--root", str(tmp_path), "--run", run,
+                "--max_iters", "100", "--log_interval", "1"]
+
+    env = {**os.environ, **ONE_THREAD}
+    assert subprocess.run(command("whole"), capture_output=True, env=env).returncode == 0
+    proc = subprocess.Popen(command("stopped"), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, env=env)  # fmt: skip
+    after = random.Random().randrange(2, 90)
+    for line in proc.stdout:
+        if (m := re.match(r"step\s+(\d+)/", line)) and int(m.group(1)) >= after:
+            proc.send_signal(signal.SIGTERM)
+            break
+    rest = proc.stdout.read()
+    assert proc.wait(120) == EXIT_STOPPED, rest
+    assert "checkpoint written" in rest
+    again = subprocess.run(command("stopped"), capture_output=True, text=True, env=env)
+    assert again.returncode == 0 and "resumed from step-" in again.stdout
+    assert _same_weights(RunDir.of(tmp_path, "stopped"), RunDir.of(tmp_path, "whole"))

@@ -21,12 +21,16 @@ Not emulated (a real cluster may still differ here):
   (namespace, name): a pod whose namespace lacks the claim stays Pending, and a ReadWriteOnce
   claim attaches to one machine at a time (node index i on machine i); ReadWriteOncePod's
   one-pod rule is not played; emptyDir uses this machine's path;
-- Trainer: initializer jobs, runtimePatches/podTemplateOverrides, suspend, managedBy,
-  activeDeadlineSeconds, the webhook's validation (e.g. refusing PET_* in the TrainJob's env),
-  the `Created` condition; JobSet: its webhook beyond name validation (that part is
-  cluster/jobset_webhook.py), failurePolicy rules (only the default RestartJobSet),
-  successPolicy, startupPolicy, coordinator, TTL; Job: podFailurePolicy, backoffLimitPerIndex,
-  exponential back-off between retries; node-lifecycle delays (a lost node's pod fails at once).
+- Trainer: initializer jobs, runtimePatches/podTemplateOverrides, suspend, managedBy, the
+  webhook's validation (e.g. refusing PET_* in the TrainJob's env), the `Created` condition;
+  JobSet: its webhook beyond names and failure-policy rules (cluster/jobset_webhook.py), the
+  rules' onJobFailureMessagePatterns, targetReplicatedJobs and RestartJob actions,
+  successPolicy, startupPolicy, coordinator, TTL; Job: backoffLimitPerIndex, exponential
+  back-off between retries, the wait for a terminating pod before its replacement beyond the
+  pod's own end; node-lifecycle delays (a lost node's pod fails at once, where a cluster waits
+  for the unreachable toleration and may leave the pod terminating, kubernetes-sigs/jobset#576);
+- signals without root: the container's first process then runs in this machine's PID
+  namespace, so SIGTERM ends it even without a handler (tests that depend on PID 1 skip).
 """
 
 from __future__ import annotations

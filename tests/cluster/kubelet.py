@@ -1,9 +1,10 @@
 """The kubelet of the test cluster: a pod is a local process group running its container.
 
 What a pod gets here, and how that stands in for a node:
-- the container's `command` + `args` with its env (downward-API `fieldRef`s resolved), run by
-  the project's own Python (the image is recorded, not pulled: `python`, `torchrun` resolve to
-  this virtualenv's through PATH);
+- the container's `command` + `args` with its env (downward-API `fieldRef`s resolved), as PID 1
+  of a PID namespace of its own (cluster/pid1.py, when root), run by the project's own Python
+  (the image is looked up, not pulled: `python`, `python3` resolve to this virtualenv's through
+  PATH);
 - each PVC mount is a local folder: the mount path is rewritten to the folder in the command,
   args and env values (the container's view, `/gpt/...`, becomes `<folder>/...`). A program that
   builds the mount path from nothing would escape it; this project's stages get `--root /gpt`
