@@ -249,7 +249,7 @@ def launch(
         # SIGTERM (KFP's Terminate), Ctrl-C, an API error: nobody follows the TrainJob any
         # more, so nothing may keep running for it.
         _delete(api, namespace, name)
-        say(f"{first_line(e)}: deleted TrainJob {namespace}/{name}")
+        say(f"{_why(e)}: deleted TrainJob {namespace}/{name}")
         raise
     finally:
         follower.finish()
@@ -330,6 +330,15 @@ class _Startup:
     def wake(self, remaining: float) -> float:
         """How long the next watch window may last: until the next check is due."""
         return max(0.05, min(remaining, self.next_check - time.monotonic() + 0.05))
+
+
+def _why(e: BaseException) -> str:
+    """An exception in one line: an API error by its status and reason, others by message."""
+    from kubernetes.client.rest import ApiException
+
+    if isinstance(e, ApiException):
+        return f"API error {e.status} {e.reason}"
+    return first_line(e) if str(e) else type(e).__name__
 
 
 class StepTerminated(Exception):

@@ -211,6 +211,31 @@ def test_watch_recovers_from_410_gone(custom_api):
     assert api.watches >= 2 and ctl.patched_at is not None
 
 
+class WatchFails(GoneOnce):
+    """The real API, except every watch answers 500: an error the launcher cannot recover from."""
+
+    def list_namespaced_custom_object(self, *args, **kwargs):
+        if kwargs.get("watch"):
+            from kubernetes.client.rest import ApiException
+
+            raise ApiException(status=500, reason="Internal Server Error")
+        return self.api.list_namespaced_custom_object(*args, **kwargs)
+
+
+@pytest.mark.apiserver
+def test_an_error_while_following_deletes_the_trainjob(custom_api):
+    """Nobody follows the TrainJob any more: it must not go on running (nor its pods)."""
+    from kubernetes.client.rest import ApiException
+
+    ns = namespace()
+    said = []
+    with pytest.raises(ApiException):
+        launcher.launch(SPEC, ns, "demo", api=WatchFails(custom_api), pods=fake_log,
+                        say=said.append)  # fmt: skip
+    assert custom_api.list_namespaced_custom_object(GROUP, VERSION, ns, PLURAL)["items"] == []
+    assert said[-1].startswith("API error 500 Internal Server Error: deleted TrainJob")
+
+
 @pytest.mark.apiserver
 def test_never_reuses_an_old_trainjob(custom_api):
     ns = namespace()
