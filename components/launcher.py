@@ -338,7 +338,7 @@ def _why(e: BaseException) -> str:
 
     if isinstance(e, ApiException):
         return f"API error {e.status} {e.reason}"
-    return first_line(e) if str(e) else type(e).__name__
+    return first_line(e)
 
 
 class StepTerminated(Exception):
