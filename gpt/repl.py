@@ -4,6 +4,10 @@ Text lives here; the engine (`gpt.sampling`) knows only token ids. The same loop
 at a terminal (readline editing and history), a pipe (one prompt per line) and a person who
 attaches to the pod's terminal later (`kubectl attach -it`): the prompt is flushed, printed again
 on an empty line, and re-drawn every few seconds while nobody types.
+
+Ctrl-C stops a reply, or clears the line being typed, and the session goes on, as in Python's
+own REPL: attached to the prompt pod, ending the session would end the pod and its pipeline
+step, and nobody could attach again. exit, quit, Ctrl-D, the idle timeout or SIGTERM end it.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ REPLY = "GPT replying > "
 NOTE = "GPT note > "
 GOODBYE = "Goodbye."
 EXIT_WORDS = ("exit", "quit")
+HOW_TO_LEAVE = "Ctrl-C does not end the session: type exit or press Ctrl-D to leave"
 # How often an idle terminal re-draws the prompt, so someone who attaches sees it within this long.
 REDRAW_EVERY_S = 10.0
 # The longest piped line read as a prompt; a longer one is skipped whole. The model sees at most
@@ -45,7 +50,7 @@ Settings (with no value: show it):
   /seed N             seed of the next reply (each reply after it uses the next number)
   /settings           show all settings
   /help               this text
-exit, quit, Ctrl-D or Ctrl-C end the session."""
+Ctrl-C stops a reply; exit, quit or Ctrl-D end the session."""
 
 
 class IdleTimeout(Exception):
@@ -231,7 +236,8 @@ def _read_piped(prompt: str) -> str:
 
 
 def interact(chat: Chat, idle_timeout: float | None) -> None:
-    """Answer prompts from stdin until exit/quit, EOF, Ctrl-C or idle_timeout seconds of silence."""
+    """Answer prompts from stdin until exit/quit, EOF or idle_timeout seconds of silence; Ctrl-C
+    stops a reply or clears the line, and asks again."""
     terminal = sys.stdin.isatty() and chat.out.isatty()  # what makes input() use readline
     typed = None
     if terminal:
@@ -247,6 +253,9 @@ def interact(chat: Chat, idle_timeout: float | None) -> None:
             except LineTooLong:
                 chat.say(f"\n{NOTE}line longer than {MAX_LINE_CHARS:,} characters: skipped")
                 continue
+            except KeyboardInterrupt:  # readline dropped the line; say how to leave instead
+                chat.say(f"\n{NOTE}{HOW_TO_LEAVE}")
+                continue
             if not terminal:
                 chat.say(line)  # echo piped input so the output reads as a conversation
             line = line.strip()
@@ -256,12 +265,13 @@ def interact(chat: Chat, idle_timeout: float | None) -> None:
                 break
             if line.startswith("/"):
                 chat.command(line)
-            else:
+                continue
+            try:
                 chat.reply(line)
+            except KeyboardInterrupt:  # the transcript has the reply so far, marked interrupted
+                chat.say(f"{NOTE}reply interrupted")
     except EOFError:
         reason = "end of input"
-    except KeyboardInterrupt:
-        reason = "interrupted"
     except IdleTimeout:
         reason = f"no input for {idle_timeout:g} s"
     if reason:

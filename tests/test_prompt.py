@@ -11,6 +11,7 @@ import io
 import json
 import os
 import pickle
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -22,7 +23,7 @@ import torch
 from gpt.config import SamplingConfig
 from gpt.export import WEIGHTS, save_export
 from gpt.model import GPT, GPTConfig
-from gpt.repl import GOODBYE, PROMPT, REPLY, Chat
+from gpt.repl import GOODBYE, HOW_TO_LEAVE, NOTE, PROMPT, REPLY, Chat
 from gpt.rundir import RunDir
 from gpt.tokenizer import CharTokenizer, GPT2Tokenizer, Tokenizer
 
@@ -72,7 +73,7 @@ def transcript(rundir: RunDir) -> list[dict]:
     return [json.loads(line) for line in rundir.transcript_jsonl.read_text().splitlines()]
 
 
-def test_terminal_session_prompt_reply_settings_empty_line_ctrl_c(rundir: RunDir) -> None:
+def test_terminal_session_prompt_reply_settings_empty_line_ctrl_c_exit(rundir: RunDir) -> None:
     child = spawn(rundir)
     child.sendline("To be")
     child.expect_exact(REPLY)
@@ -88,7 +89,10 @@ def test_terminal_session_prompt_reply_settings_empty_line_ctrl_c(rundir: RunDir
     child.sendline("or not")
     child.expect_exact(REPLY)
     child.expect_exact(PROMPT)
-    child.sendintr()
+    child.sendintr()  # at the prompt: the session stays, and says how to leave
+    child.expect_exact(HOW_TO_LEAVE)
+    child.expect_exact(PROMPT)
+    child.sendline("exit")
     assert finished(child) == 0
     lines = transcript(rundir)
     assert [(t["prompt"], t["temperature"], t["top_p"]) for t in lines] == [
@@ -96,6 +100,41 @@ def test_terminal_session_prompt_reply_settings_empty_line_ctrl_c(rundir: RunDir
         ("or not", 0.5, 1.0),
     ]
     assert all(t["reply_tokens"] == 12 and len(t["reply"]) == 12 for t in lines)
+
+
+def test_ctrl_c_on_the_terminal_stops_the_reply_and_the_session_goes_on(rundir: RunDir) -> None:
+    """As `kubectl attach -it` delivers it: 0x03 on the pseudo-terminal, which its line
+    discipline turns into SIGINT to the foreground process group, mid-reply."""
+    child = spawn(rundir, "--max_new_tokens", "1000000")  # a reply that would go on for minutes
+    child.sendline("To be")
+    child.expect_exact(REPLY)
+    child.expect(r"\S{20}")  # well into the reply
+    child.sendintr()
+    child.expect_exact(f"{NOTE}reply interrupted")
+    child.expect_exact(PROMPT)
+    child.sendline("/max_new_tokens 5")
+    child.expect_exact(PROMPT)
+    child.sendline("or not")  # the session answers again
+    child.expect_exact(REPLY)
+    child.expect_exact(PROMPT)
+    child.sendline("exit")
+    assert finished(child) == 0
+    first, second = transcript(rundir)
+    assert first["stopped"] == "interrupted" and 20 <= first["reply_tokens"] < 1000000
+    assert (second["prompt"], second["stopped"], second["reply_tokens"]) == (
+        "or not", "max_new_tokens", 5)
+
+
+def test_sigterm_ends_the_session(rundir: RunDir) -> None:
+    """The pod's deletion: the session ends at once, its transcript whole so far."""
+    child = spawn(rundir)
+    child.sendline("To be")
+    child.expect_exact(PROMPT)
+    child.kill(signal.SIGTERM)
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.signalstatus == signal.SIGTERM
+    assert [t["prompt"] for t in transcript(rundir)] == ["To be"]
 
 
 @pytest.mark.parametrize("leave", ["eof", "exit", "quit"])
