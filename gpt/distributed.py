@@ -63,6 +63,11 @@ class World:
         dist.all_reduce(t, op=dist.ReduceOp.MAX, group=self.host_group)
         return [bool(v) for v in t.tolist()]
 
+    def barrier(self) -> None:
+        """Wait until every rank is here (on the host group: no device sync)."""
+        if self.distributed:
+            dist.barrier(group=self.host_group)
+
     def gather_json(self, obj: Any) -> list[Any]:
         """Every rank's JSON-able `obj`, in rank order. Sent as JSON text, not pickles
         (unlike `all_gather_object`), so nothing a peer sends is ever unpickled."""
