@@ -249,7 +249,7 @@ def launch(
         # SIGTERM (KFP's Terminate), Ctrl-C, an API error: nobody follows the TrainJob any
         # more, so nothing may keep running for it.
         _delete(api, namespace, name)
-        say(f"{_why(e)}: deleted TrainJob {namespace}/{name}")
+        say(f"{_in_one_line(e)}: deleted TrainJob {namespace}/{name}")
         raise
     finally:
         follower.finish()
@@ -332,7 +332,7 @@ class _Startup:
         return max(0.05, min(remaining, self.next_check - time.monotonic() + 0.05))
 
 
-def _why(e: BaseException) -> str:
+def _in_one_line(e: BaseException) -> str:
     """An exception in one line: an API error by its status and reason, others by message."""
     from kubernetes.client.rest import ApiException
 

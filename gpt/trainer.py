@@ -265,8 +265,8 @@ class Trainer:
             self._finish(last_val)
 
     def _clock_due(self) -> bool:
-        """Whether ckpt_interval_s passed since the last checkpoint, by this rank's clock (the
-        ranks then `agree`: a rank whose clock says so speaks for all)."""
+        """Whether ckpt_interval_s passed since the last checkpoint by rank 0's clock (False on
+        the other ranks: `agree` then carries rank 0's answer to all)."""
         interval = self.cfg.ckpt_interval_s
         return self.world.is_main and 0 < interval <= time.perf_counter() - self._saved_at
 

@@ -9,7 +9,6 @@ import json
 import re
 import threading
 import time
-from pathlib import Path
 
 import pytest
 from cluster.kubelet import Kubelet, LogRotation
@@ -151,14 +150,14 @@ TRAIN_FILES = [TRAIN_JSONL, REPORT_MD, LOSS_PNG]
 PNG = b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 64
 
 
-def stand_in(tmp_path: Path, program: str, name: str = "train-gpt") -> TrainJobSpec:
-    """A TrainJob of runtime gpt-train-gpt whose stage is `program` (run by the pod's Python),
-    carrying the train stage's files of run `r` back as the component does."""
+def stand_in(program: str, name: str = "train-gpt", nodes: int = 1) -> TrainJobSpec:
+    """A TrainJob of runtime gpt-train-gpt whose stage is `program` (run by the pod's Python) on
+    `nodes` nodes, carrying the train stage's files of run `r` back as the component does."""
     return TrainJobSpec(
         stage=name, runtime="gpt-train-gpt", image="gpt-workload:test",
         command=container_command("/gpt/r", TRAIN_FILES),
         args=["python3", "-c", program], env={"PYTHONUNBUFFERED": "1"},
-        placement=Placement(timeout=120),
+        placement=Placement(num_nodes=nodes, timeout=120),
     )  # fmt: skip
 
 
@@ -189,7 +188,7 @@ def test_a_log_of_more_than_10_mib_still_delivers_every_artifact(trainer_cluster
     (pvc / "records.jsonl").write_bytes(b"".join(lines))
     (pvc / "loss.png").write_bytes(PNG)
     said = []
-    outcome = launcher.launch(stand_in(tmp_path, LONG_RUN), trainer_cluster.namespace, "r",
+    outcome = launcher.launch(stand_in(LONG_RUN), trainer_cluster.namespace, "r",
                               say=said.append)  # fmt: skip
     (pod,) = trainer_cluster.runs[outcome.name].pods
     assert list(pod.folder.glob("node.log.*")), "the log was never rotated"
@@ -235,7 +234,7 @@ def test_progress_reaches_the_step_before_the_trainjob_completes(trainer_cluster
 
     result = {}
     step = threading.Thread(target=lambda: result.update(
-        outcome=launcher.launch(stand_in(tmp_path, GATED), ns, "r", say=say)))  # fmt: skip
+        outcome=launcher.launch(stand_in(GATED), ns, "r", say=say)))  # fmt: skip
     step.start()
     try:
         assert seen.wait(30), f"no progress line while the TrainJob ran: {said}"
@@ -263,7 +262,7 @@ sys.exit(1 if first else 0)
 @pytest.mark.apiserver
 def test_a_jobset_restart_is_said_and_the_new_pod_followed(trainer_cluster, tmp_path):
     said = []
-    outcome = launcher.launch(stand_in(tmp_path, FAIL_FIRST), trainer_cluster.namespace, "r",
+    outcome = launcher.launch(stand_in(FAIL_FIRST), trainer_cluster.namespace, "r",
                               say=said.append)  # fmt: skip
     assert trainer_cluster.runs[outcome.name].restarts == 1
     restart = [s for s in said if s.startswith("JobSet restart 1: ")]

@@ -23,6 +23,7 @@ import pytest
 from cluster.kfp_step import step_env
 from cluster.kubelet import pid_namespaces
 from safetensors.torch import load_file
+from test_cluster_logs import stand_in
 from test_cluster_train import FLAGS, train_on_cluster
 
 from components.launcher import GROUP, PLURAL, VERSION, TrainJobFailed
@@ -148,7 +149,7 @@ def test_a_failed_job_deletes_its_running_pods_and_keeps_the_failed_one(trainer_
             sys.exit(2)
         time.sleep(600)
     """)
-    spec = _stand_in(program, nodes=2)
+    spec = stand_in(program, nodes=2)
     from components import launcher
 
     with pytest.raises(TrainJobFailed, match="FailJobSetFailurePolicyAction") as failed:
@@ -160,22 +161,12 @@ def test_a_failed_job_deletes_its_running_pods_and_keeps_the_failed_one(trainer_
     assert not node1.deleted and node1.exit_code == 2
 
 
-def _stand_in(program: str, nodes: int = 1, timeout: float = 120):
-    from components.launcher import TrainJobSpec
-    from components.stagelog import container_command
-
-    return TrainJobSpec(stage="train-gpt", runtime="gpt-train-gpt", image="gpt-workload:t",
-                        command=container_command("/gpt/r", []),
-                        args=["python3", "-c", program], env={"PYTHONUNBUFFERED": "1"},
-                        placement=Placement(num_nodes=nodes, timeout=timeout))  # fmt: skip
-
-
 def test_the_servers_deadline_fails_a_trainjob_nobody_deletes(trainer_cluster, custom_api):
     """Trainer v2.2+: past spec.activeDeadlineSeconds the TrainJob fails (DeadlineExceeded) and
     its JobSet is deleted: the backstop when the step itself died without deleting it."""
     from components import launcher
 
-    spec = _stand_in("import time; time.sleep(600)")
+    spec = stand_in("import time; time.sleep(600)")
     body = launcher.build_trainjob(spec, "train-gpt-deadline", trainer_cluster.namespace, "r")
     body["spec"]["activeDeadlineSeconds"] = 2
     custom_api.create_namespaced_custom_object(GROUP, VERSION, trainer_cluster.namespace, PLURAL,
@@ -207,7 +198,7 @@ def test_sigterm_reaches_the_stage_only_through_the_first_process(trainer_cluste
         (["sh", "-c"], ["sleep 600"], False),
         (None, ["python3", "-c", "import time; time.sleep(600)"], True),
     ):
-        spec = _stand_in("")
+        spec = stand_in("")
         body = launcher.build_trainjob(spec, "train-gpt-x", trainer_cluster.namespace, "r")
         trainer = body["spec"]["trainer"]
         trainer["args"] = args
