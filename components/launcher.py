@@ -238,10 +238,11 @@ def launch(
         _delete(api, namespace, name)
         raise TrainJobStuck(f"{e}; deleted it") from None
     except TrainJobTimeout:
+        last_lines = log_tail(LOG_TAIL_LINES)  # before the delete takes the pods and their logs
         _delete(api, namespace, name)
         raise TrainJobTimeout(
             f"TrainJob {namespace}/{name} did not finish within {timeout:g} s; deleted it. "
-            f"Log tail:\n{log_tail(LOG_TAIL_LINES)}"
+            f"Log tail:\n{last_lines}"
         ) from None
     except TrainJobFailed:
         raise  # it ended (or is gone) already: its pods and their logs stay for a look

@@ -386,16 +386,22 @@ class Trainer:
 
 
 def main(cfg: TrainConfig) -> None:
-    """The stage: set up this process's place among the ranks, train, tear down. A SIGTERM or
-    SIGINT from here on stops training at a checkpoint (`Stopped`)."""
-    with StopRequest(TRAIN_GPT.prog) as stop:
-        world = distributed.setup(cfg.device)
-        try:
+    """The stage: set up this process's place among the ranks, train, tear down.
+
+    A SIGTERM or SIGINT once the ranks have met stops training at a checkpoint (`Stopped`).
+    Before, while this rank waits for the others, it ends the process as it always did: there is
+    nothing to save yet, and a rank that noted it and waited on would hold its pod until the
+    SIGKILL: the pod that replaces an evicted one while its peers are leaving waits for them in
+    init_process_group, for 30 minutes.
+    """
+    world = distributed.setup(cfg.device)
+    try:
+        with StopRequest(TRAIN_GPT.prog) as stop:
             Trainer(cfg, world, stop).fit()
             # The ranks leave together, once rank 0 has exported. A rank that tore down its
             # process group and exited while rank 0 still exported aborted once in CI (gloo,
             # "terminate called without an active exception", SIGABRT; not reproduced in 11 runs
             # here). Only on success: after an error the others may be inside a collective.
             world.barrier()
-        finally:
-            distributed.teardown(world)
+    finally:
+        distributed.teardown(world)

@@ -258,6 +258,18 @@ def test_a_trainjob_whose_jobset_is_refused_fails_the_step_with_the_event_and_is
 
 
 @pytest.mark.apiserver
+def test_a_trainjob_past_its_timeout_is_deleted_and_its_log_tail_kept(trainer_cluster):
+    job = TrainJobSpec(stage="load-corpus", runtime="gpt-load-corpus", image="img:1",
+                       command=["python", "-c", "print('still reading', flush=True); "
+                                "import time; time.sleep(600)"],
+                       placement=Placement(timeout=5))  # fmt: skip
+    with pytest.raises(launcher.TrainJobTimeout) as err:
+        launcher.launch(job, trainer_cluster.namespace, "r", say=lambda _: None)
+    assert "did not finish within 5 s; deleted it" in str(err.value)
+    assert str(err.value).endswith("Log tail:\nstill reading\n")
+
+
+@pytest.mark.apiserver
 def test_a_pod_whose_namespace_lacks_the_claim_stays_pending(trainer_cluster):
     # The claim is in `training` (where 12ee68a's manifests put it), the TrainJob in the
     # cluster's own namespace: its pod is never scheduled, and the scheduler says why.

@@ -12,10 +12,12 @@ import re
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 import torch
+import torch.distributed as dist
 from safetensors.torch import load_file
 from train_fixtures import ONE_THREAD, TINY, train, write_data
 
@@ -157,3 +159,25 @@ def test_with_the_default_flags_a_sigterm_resumes_bit_identical(tmp_path: Path) 
     again = subprocess.run(command("stopped"), capture_output=True, text=True, env=env)
     assert again.returncode == 0 and "resumed from step-" in again.stdout
     assert _same_weights(RunDir.of(tmp_path, "stopped"), RunDir.of(tmp_path, "whole"))
+
+
+def test_a_rank_waiting_for_its_peers_ends_at_the_first_sigterm(tmp_path: Path) -> None:
+    """Rank 1 of 2, whose rank 0 never comes (the pod that replaced an evicted one while the
+    other node was leaving): SIGTERM ends it at once, as if no checkpoint were pending. Noted
+    instead, it would wait in init_process_group until the SIGKILL, holding its pod."""
+    write_data(tmp_path, "r")
+    store = dist.TCPStore("127.0.0.1", 0, 2, is_master=True, wait_for_workers=False)
+    env = {**os.environ, **ONE_THREAD, "RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "0",
+           "LOCAL_WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(store.port)}
+    proc = subprocess.Popen(_command(tmp_path, "r", 1), env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)  # fmt: skip
+    try:
+        end = time.monotonic() + 60
+        while store.num_keys() == 0 and proc.poll() is None and time.monotonic() < end:
+            time.sleep(0.05)  # until rank 1 has written its address and waits for rank 0's
+        assert store.num_keys() > 0, proc.communicate(timeout=5)[0][-2000:]
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == -signal.SIGTERM
+    finally:
+        proc.kill()
+        proc.wait()
