@@ -11,9 +11,13 @@ from __future__ import annotations
 import base64
 import html
 import json
+import posixpath
 import re
 import statistics
 from typing import Any
+
+from markdown_it import MarkdownIt
+from markdown_it.token import Token
 
 from gpt.rundir import RunDir
 
@@ -59,26 +63,62 @@ def train_metrics(files: dict[str, bytes]) -> dict[str, float]:
     return {k: float(v) for k, v in found.items() if v is not None}
 
 
+# How the metrics table shows each number: as people read them, not as `1.235e+04`.
+_METRIC_FORMATS = {
+    "train_loss": "{:.4f} nats/token",
+    "val_loss": "{:.4f} nats/token",
+    "val_bits_per_byte": "{:.3f} bits/byte",
+    "tokens_per_s": "{:,.0f} tokens/s",
+    "steps": "{:,.0f}",
+}
+_IMAGE_TYPES = {".png": "image/png", ".jpg": "image/jpeg", ".jpeg": "image/jpeg",
+                ".gif": "image/gif", ".svg": "image/svg+xml"}  # fmt: skip
+
+
+def _inline_images(tokens: list[Token], files: dict[str, bytes], base: str) -> None:
+    """Point every image of the parsed Markdown at its carried file as a data: URL, so the page
+    stands alone in KFP's viewer; an image whose file did not come back says so in words."""
+    for token in tokens:
+        for child in token.children or []:
+            if child.type != "image":
+                continue
+            src = posixpath.normpath(posixpath.join(base, str(child.attrGet("src"))))
+            kind = _IMAGE_TYPES.get(posixpath.splitext(src)[1].lower())
+            if src in files and kind:
+                data = base64.b64encode(files[src]).decode()
+                child.attrSet("src", f"data:{kind};base64,{data}")
+            else:
+                child.type, child.tag, child.children = "text", "", None
+                child.content = f"({child.content or 'image'}: {src} was not carried back)"
+
+
+def markdown_html(text: str, files: dict[str, bytes], base: str) -> str:
+    """`text` (Markdown at `base` in the run directory) as HTML, by markdown-it-py with tables
+    and no raw HTML: a run's command line or a prompt is shown, never executed as markup."""
+    md = MarkdownIt("js-default")
+    tokens = md.parse(text)
+    _inline_images(tokens, files, base)
+    return md.renderer.render(tokens, md.options, {})
+
+
 def train_report_html(run: str, files: dict[str, bytes]) -> str:
-    """One self-contained page: the metrics, the loss curve inlined, the stage's report.md."""
+    """One self-contained page: the stage's report.md rendered, its loss curve inlined, then the
+    final metrics as KFP records them."""
     rows = "".join(
-        f"<tr><th>{html.escape(k)}</th><td>{v:.4g}</td></tr>"
+        f"<tr><th>{html.escape(k)}</th><td>{html.escape(_METRIC_FORMATS[k].format(v))}</td></tr>"
         for k, v in train_metrics(files).items()
     )
-    png = files.get(LOSS_PNG)
-    curve = (
-        f'<img alt="train and validation loss" src="data:image/png;base64,'
-        f'{base64.b64encode(png).decode()}">'
-        if png
-        else f"<p>(no loss curve: {LOSS_PNG} was not written)</p>"
-    )
-    report = files.get(REPORT_MD, f"(no {REPORT_MD})".encode()).decode()
+    if REPORT_MD in files:
+        report = markdown_html(files[REPORT_MD].decode(), files, posixpath.dirname(REPORT_MD))
+    else:
+        report = (f"<h1>train-gpt: run {html.escape(run)}</h1>"
+                  f"<p>(no {REPORT_MD}: the train stage did not carry it back)</p>")  # fmt: skip
     return (
         "<!doctype html><html><head><meta charset='utf-8'><title>train-gpt</title>"
-        "<style>body{font-family:sans-serif;margin:1em}th{text-align:left;padding-right:1em}"
-        "pre{background:#f4f4f4;padding:1em;white-space:pre-wrap}</style></head><body>"
-        f"<h1>train-gpt: run {html.escape(run)}</h1><table>{rows}</table>{curve}"
-        f"<h2>report.md</h2><pre>{html.escape(report)}</pre></body></html>"
+        "<style>body{font-family:sans-serif;margin:1em;max-width:60em}"
+        "th,td{text-align:left;padding:0.2em 1em 0.2em 0}td{font-variant-numeric:tabular-nums}"
+        "pre{background:#f4f4f4;padding:1em;white-space:pre-wrap}img{max-width:100%}</style>"
+        f"</head><body>{report}<h2>Final metrics</h2><table>{rows}</table></body></html>"
     )
 
 

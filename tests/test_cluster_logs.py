@@ -168,7 +168,7 @@ r = '/gpt/r/metrics'
 os.makedirs(r, exist_ok=True)
 with open(r + '/train.jsonl', 'wb') as f:
     f.write(open('/gpt/records.jsonl', 'rb').read())
-open(r + '/report.md', 'w').write('# report\\nval loss 3.50\\n')
+open(r + '/report.md', 'w').write('# report\\nval loss 3.50\\n\\n![loss](loss.png)\\n')
 open(r + '/loss.png', 'wb').write(open('/gpt/loss.png', 'rb').read())
 line = 'step {:>6}/100000 | loss 4.0000 | lr 1.00e-03 | 1,000 tok/s | 1m elapsed, ETA 1h\\n'
 for i in range(140_000):  # 11 MiB: past containerLogMaxSize
@@ -194,7 +194,8 @@ def test_a_log_of_more_than_10_mib_still_delivers_every_artifact(trainer_cluster
     assert list(pod.folder.glob("node.log.*")), "the log was never rotated"
     files = outcome.files
     assert set(files) == set(TRAIN_FILES)
-    assert files[LOSS_PNG] == PNG and files[REPORT_MD] == b"# report\nval loss 3.50\n"
+    assert files[LOSS_PNG] == PNG
+    assert files[REPORT_MD] == b"# report\nval loss 3.50\n\n![loss](loss.png)\n"
     carried = files[TRAIN_JSONL].splitlines(keepends=True)
     assert len(carried) <= CARRY_MAX_RECORDS and carried[-1] == lines[-1]
     assert any("train.jsonl carried thinned to" in line for line in said)
