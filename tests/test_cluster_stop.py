@@ -100,25 +100,50 @@ def test_an_evicted_trainjob_checkpoints_and_resumes_bit_identical(pvc, trainer_
         run = f"evicted-{trial}"
         write_data(pvc, run)
         evictor = _evict_at(trainer_cluster, run, index, step)
-        train_on_cluster(trainer_cluster, run, nodes, 1, **STEPS)
-        evictor.join(10)
-        job = next(j for j in trainer_cluster.runs.values()
-                   if run in j.trainjob["spec"]["trainer"]["args"])  # fmt: skip
-        first = job.pods[0].log  # node 0 of the first attempt: rank 0 says where it stopped
-        stopped = re.search(r"stopped by (SIGTERM|a signal to another rank) at step (\d+) of "
-                            r"200, checkpoint written", first)  # fmt: skip
-        assert stopped, f"trial {trial}: {first[-3000:]}"
-        at = int(stopped.group(2))
-        assert at >= step, f"trial {trial}: stopped at {at}, before the step shown ({step})"
-        resumed = job.current[0].log
-        assert f"resumed from step-{at}: step {at}" in resumed, f"trial {trial}"
-        # One node: the Job replaced the evicted pod without using the JobSet's restarts.
-        # Two: the other node's stop counts as its failure, one restart of the JobSet.
-        assert job.restarts == (0 if nodes == 1 else 1), f"trial {trial}"
-        weights = _weights(pvc, run)
-        assert weights.keys() == reference[nodes].keys()
-        for key, value in weights.items():
-            assert value.equal(reference[nodes][key]), f"trial {trial} ({nodes} nodes): {key}"
+        try:
+            train_on_cluster(trainer_cluster, run, nodes, 1, **STEPS)
+            evictor.join(10)
+            job = _job_of(trainer_cluster, run)
+            _check_resumed(pvc, run, job, step, nodes, reference[nodes])
+        except Exception as e:
+            raise AssertionError(f"trial {trial}: {nodes} node(s), node {index} evicted at step "
+                                 f"{step}: {e}\n{_pod_logs(_job_of(trainer_cluster, run))}") from e
+
+
+def _job_of(cluster, run: str):
+    return next(j for j in cluster.runs.values() if run in j.trainjob["spec"]["trainer"]["args"])
+
+
+def _pod_logs(job) -> str:
+    """Every pod's status and log tail, to tell which one a failed trial waited on."""
+    parts = []
+    for pod in job.pods:
+        try:
+            log = pod.log
+        except FileNotFoundError:
+            log = "(log gone)"
+        parts.append(f"--- pod {pod.name} (node {pod.index}, attempt {pod.attempt}, exit "
+                     f"{pod.exit_code}):\n" + "\n".join(log.splitlines()[-15:]))  # fmt: skip
+    return "\n".join(parts)
+
+
+def _check_resumed(pvc: Path, run: str, job, step: int, nodes: int, reference: dict) -> None:
+    """Node 0 stopped at a checkpoint at or after `step`, the TrainJob resumed from it and ended
+    with the uninterrupted run's weights."""
+    first = job.pods[0].log  # node 0 of the first attempt: rank 0 says where it stopped
+    stopped = re.search(r"stopped by (SIGTERM|a signal to another rank) at step (\d+) of "
+                        r"200, checkpoint written", first)  # fmt: skip
+    assert stopped, "node 0 never said where it stopped"
+    at = int(stopped.group(2))
+    assert at >= step, f"stopped at {at}, before the step shown ({step})"
+    assert f"resumed from step-{at}: step {at}" in job.current[0].log
+    # One node: the Job replaced the evicted pod without using the JobSet's restarts.
+    # Two: the other node's stop counts as its failure, one restart of the JobSet.
+    assert job.restarts == (0 if nodes == 1 else 1)
+    weights = _weights(pvc, run)
+    assert weights.keys() == reference.keys()
+    for key, value in weights.items():
+        assert value.equal(reference[key]), f"{key} differs from the uninterrupted run's"
 
 
 def test_a_bad_flag_fails_the_trainjob_once(trainer_cluster):
