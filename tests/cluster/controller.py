@@ -34,8 +34,11 @@ from cluster.render import NODE, Rendered, render
 from components.launcher import GROUP, PLURAL, VERSION
 
 RUNTIMES = "clustertrainingruntimes"
-# The Job controller's pace here: how often pods' exits are looked at.
+# How often the controllers here look at the pods (an informer's events, upstream).
 POLL_S = 0.05
+# kubernetes pkg/controller/job/job_controller.go: `syncJobBatchPeriod`, the delay between a
+# pod's update and the Job's sync, which sees every update that came meanwhile.
+SYNC_BATCH_S = 1.0
 
 # kubernetes-sigs/jobset pkg/constants/constants.go: the JobSet's condition reasons and
 # messages (the failures' in cluster/failure.py), which kubeflow/trainer
@@ -159,12 +162,13 @@ class JobSetRun(threading.Thread):
         """Run the JobSet's one Job (`<jobset>-node-0`) to its end: None when it completed,
         (the Job's failure reason, its name) when it failed, DEADLINE_EXCEEDED.
 
-        kubernetes pkg/controller/job/job_controller.go: an Indexed Job of `num_nodes`
-        completions. A failed pod is judged by the Job's podFailurePolicy (cluster/failure.py):
-        FailJob fails the Job (PodFailurePolicy); Ignore replaces the pod without counting it;
-        otherwise it counts, and is replaced while the count is within backoffLimit, past it
-        the Job fails (BackoffLimitExceeded). A failed Job's active pods are deleted
-        (syncJob: deleteActivePods).
+        kubernetes pkg/controller/job/job_controller.go (read at commit 6ae037f1db84): an
+        Indexed Job of `num_nodes` completions. A pod's end queues a sync SYNC_BATCH_S later
+        (`syncJobBatchPeriod`), which sees every pod that ended meanwhile. syncJob judges them
+        all first: a FailJob rule of the podFailurePolicy (cluster/failure.py) fails the Job
+        (PodFailurePolicy); failures it does not Ignore count, and past backoffLimit fail it
+        (BackoffLimitExceeded). A failed Job's active pods are deleted (deleteActivePods) and
+        no pod is created; otherwise `manageJob` replaces each failed pod.
         """
         port = _free_port()
         job = f"{plan.name}-{NODE}-0"
@@ -172,36 +176,43 @@ class JobSetRun(threading.Thread):
             self.pods.append(self.kubelet.start(plan, index, self.restarts, port))
         self._jobs_status(plan)
         counted, succeeded = 0, set()
-        failure: tuple[str, str] | None = None
-        while len(succeeded) < plan.num_nodes and failure is None:
+        while len(succeeded) < plan.num_nodes:
             if self.deleted.is_set():
                 return None
             if self._past_deadline():
                 return DEADLINE_EXCEEDED
-            for index, pod in self.current.items():
-                code = pod.exit_code
-                if index in succeeded or code is None:
-                    continue
-                if code == 0:
+            if not self._ended(succeeded):
+                time.sleep(POLL_S)
+                continue
+            time.sleep(SYNC_BATCH_S)
+            failed = []
+            for index, pod in self._ended(succeeded).items():
+                if pod.exit_code == 0:
                     succeeded.add(index)
                     continue
-                what = PodFailure(plan.namespace, pod.name, code, pod.conditions)
+                what = PodFailure(plan.namespace, pod.name, pod.exit_code, pod.conditions)
                 action, _ = match_pod_failure_policy(plan.pod_failure_rules, what)
                 if action == "FailJob":
-                    failure = (POD_FAILURE_POLICY, job)
-                    break
-                if action != "Ignore":
-                    counted += 1
-                    if counted > plan.backoff_limit:
-                        failure = (BACKOFF_LIMIT_EXCEEDED[0], job)
-                        break
+                    return self._fail_job(POD_FAILURE_POLICY, job)
+                counted += action != "Ignore"
+                failed.append(index)
+            if counted > plan.backoff_limit:
+                return self._fail_job(BACKOFF_LIMIT_EXCEEDED[0], job)
+            for index in failed:
                 self.pods.append(self.kubelet.start(plan, index, self.restarts, port))
-            time.sleep(POLL_S)
-        if failure is not None:
-            for pod in self.current.values():
-                if pod.exit_code is None:
-                    self.kubelet.delete(pod)
-        return failure
+        return None
+
+    def _ended(self, succeeded: set[int]) -> dict[int, Pod]:
+        """The current pods that have ended and are not yet counted as succeeded."""
+        return {index: pod for index, pod in self.current.items()
+                if index not in succeeded and pod.exit_code is not None}  # fmt: skip
+
+    def _fail_job(self, reason: str, job: str) -> tuple[str, str]:
+        """The Job failed: its pods still running are deleted (deleteActivePods)."""
+        for pod in self.current.values():
+            if pod.exit_code is None:
+                self.kubelet.delete(pod)
+        return reason, job
 
     def lose_node(self, index: int) -> Pod:
         """SIGKILL every process of node `index`'s current pod, as if its machine died."""
