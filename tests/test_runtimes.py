@@ -91,7 +91,7 @@ def prepared_run(root: Path, run: str) -> Path:
                 {"step": 30, "loss": 2.0, "lr": 1e-4, "tokens_per_s": 2000.0},
             )
         ),
-        "metrics/report.md": "# train-gpt: run\n",
+        "metrics/report.md": "# train-gpt: run\n\n![loss](loss.png)\n",
         "prompt/transcript.jsonl": json.dumps({"prompt": "To be", "reply": "or not"}) + "\n",
     }.items():
         (r / rel).parent.mkdir(parents=True, exist_ok=True)
