@@ -7,7 +7,9 @@ Train is the text's first `cut` characters, validation the rest, each tokenized 
   it comes. A chunk ends only where GPT-2's pre-tokenizer ends a piece whatever follows, so the
   ids are exactly those of the whole text. Compaction needs the corpus's token counts before it
   can renumber: they are counted on the way (np.bincount), the GPT-2 ids kept in a file, and a
-  second pass renumbers that file chunk by chunk.
+  second pass renumbers that file chunk by chunk. Where max_vocab dropped tokens of the corpus,
+  the pieces holding one are encoded again (GPT2Tokenizer.compact_ids), so the ids are exactly
+  what the tokenizer encodes, and the chunks end where pieces do (`_at_cuts`).
 - char: a first pass counts the characters (the vocabulary), a second writes their ids.
 """
 
@@ -26,7 +28,7 @@ from typing import BinaryIO, TypeVar
 import numpy as np
 
 from gpt.rundir import dtype_for
-from gpt.tokenizer import CharTokenizer, GPT2Tokenizer, Tokenizer, gpt2_encoding
+from gpt.tokenizer import CharTokenizer, GPT2Tokenizer, Tokenizer, gpt2_encoding, piece_cuts
 
 CHUNK_CHARS = 1 << 20  # characters tokenized at a time (per core)
 # A chunk with no safe cut this long is tokenized whole (only text without newlines or spaces
@@ -131,6 +133,7 @@ def _gpt2(
         return TokenFiles(GPT2Tokenizer(), tuple(tokens), tuple(nbytes))
     tok = GPT2Tokenizer.fit_counts(counts, max_vocab)
     dtype = dtype_for(tok.vocab_size)
+    renumbered = tok.covers(np.flatnonzero(counts))  # no token dropped: a chunk is renumbered
 
     def renumber(ids: np.ndarray) -> bytes:
         return tok.compact_ids(ids).astype(dtype).tobytes()
@@ -138,7 +141,8 @@ def _gpt2(
     for i, (split, src) in enumerate(zip(SPLITS, files, strict=True)):
         # Read, not memory-mapped: the pages of a mapped file count as resident memory.
         with open(src, "rb") as ids, open(out / f"{split}.bin", "wb") as f:
-            for data in _in_order(renumber, _read_ids(ids, gpt2_dtype)):
+            parts = _read_ids(ids, gpt2_dtype)
+            for data in _in_order(renumber, parts if renumbered else _at_cuts(parts)):
                 f.write(data)
         tokens[i] = (out / f"{split}.bin").stat().st_size // np.dtype(dtype).itemsize
         src.unlink()
@@ -148,6 +152,22 @@ def _gpt2(
 def _read_ids(f: BinaryIO, dtype: str) -> Iterator[np.ndarray]:
     while len(ids := np.fromfile(f, dtype=dtype, count=ID_CHUNK)):
         yield ids
+
+
+def _at_cuts(parts: Iterator[np.ndarray]) -> Iterator[np.ndarray]:
+    """The same ids, in parts that end at a `piece_cuts` cut (or the text's end): a piece
+    holding a dropped token is encoded again whole, so it must not straddle two parts. (A text
+    with no whitespace after a word has no cut: it stays one part.)"""
+    rest = np.empty(0, dtype=np.int64)
+    for ids in parts:
+        ids = np.concatenate([rest, ids]) if len(rest) else ids
+        cuts = piece_cuts(ids)
+        end = int(cuts[-1]) if len(cuts) else 0
+        if end:
+            yield ids[:end]
+        rest = ids[end:]
+    if len(rest):
+        yield rest
 
 
 def _in_order(fn: Callable[[T], R], items: Iterable[T]) -> Iterator[R]:

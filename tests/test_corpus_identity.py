@@ -2,9 +2,12 @@
 
 `fixtures/corpus_digests.json` holds the sha256 of every file load-corpus wrote under `corpus/`
 and `data/` for each case below, measured with the in-memory implementation (commit a355c1e,
-before issue 13 made the stage stream). Paths in `meta.json` and `source.json` depend on where
-the source lies, so they are replaced by `<SOURCE>` before hashing. Re-record (only when an
-output is meant to change) with `python tests/test_corpus_identity.py`.
+before issue 13 made the stage stream); the compacted GPT-2 cases re-recorded when the compact
+vocabulary became merge-closed (the tokens BPE merges through joined it, so that it has a
+Hugging Face twin), the full-vocabulary and char cases unchanged since. Paths in `meta.json`
+and `source.json` depend on where the source lies, so they are replaced by `<SOURCE>` before
+hashing. Re-record (only when an output is meant to change) with
+`python tests/test_corpus_identity.py`.
 """
 
 from __future__ import annotations

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 import gpt.tokenfiles
-from gpt.tokenfiles import SAFE_CUT, chunks, tokenize_file
-from gpt.tokenizer import CharTokenizer, GPT2Tokenizer, gpt2_encoding
+from gpt.tokenfiles import SAFE_CUT, _at_cuts, chunks, tokenize_file
+from gpt.tokenizer import CharTokenizer, GPT2Tokenizer, gpt2_encoding, piece_cuts
 
 COMEDY = (resources.files("gpt.assets") / "comedy_of_errors.txt").read_text(encoding="utf-8")
 # What a pre-tokenizer could trip on at a cut: runs of spaces and newlines, digits, contractions,
@@ -19,6 +19,10 @@ ODD = (
     "It's 12,345 o'clock.\n\n\n  Then   two spaces\n \nTAB\there\r\nCRLF\n"
     "café\nnaïve 中文文本\n中文\n😀 emoji\n\n<|endoftext|>\nthey'll've  \n" * 40
 )
+
+
+# No whitespace, so no piece cut: its ids are carried from chunk to chunk into one part.
+NO_CUTS = "東京都は日本の首都です。中文文本，汉字混合。" * 50
 
 
 def ids_of(folder: Path, dtype: str = "uint16") -> list[list[int]]:
@@ -44,13 +48,16 @@ def test_gpt2_chunks_hold_the_whole_parts_ids(
         assert len(list(chunks(path, cut, safe=True))) > 20  # it was cut, and still matches
 
 
-@pytest.mark.parametrize("max_vocab", [0, 300])
+@pytest.mark.parametrize("max_vocab", [0, 257, 300, 1000, 3000])
+@pytest.mark.parametrize("id_chunk", [37, 1000])
 def test_compacted_ids_are_what_the_fitted_tokenizer_encodes(
-    max_vocab: int, tmp_path: Path, monkeypatch
+    max_vocab: int, id_chunk: int, tmp_path: Path, monkeypatch
 ) -> None:
+    # Where max_vocab drops tokens the pieces holding them are encoded again: the ids are still
+    # exactly what the tokenizer encodes, however the ids were chunked.
     monkeypatch.setattr(gpt.tokenfiles, "CHUNK_CHARS", 4096)
-    monkeypatch.setattr(gpt.tokenfiles, "ID_CHUNK", 1000)
-    text = COMEDY + ODD
+    monkeypatch.setattr(gpt.tokenfiles, "ID_CHUNK", id_chunk)
+    text = COMEDY + NO_CUTS + ODD
     path = tmp_path / "text.txt"
     path.write_text(text, encoding="utf-8", newline="")
     cut = len(text) // 2
@@ -79,6 +86,20 @@ def test_safe_cuts_are_where_pieces_end_anyway() -> None:
         assert enc.encode_ordinary(ODD[:k]) + enc.encode_ordinary(ODD[k:]) == (
             enc.encode_ordinary(ODD)
         ), repr(ODD[k - 5 : k + 5])
+
+
+@pytest.mark.parametrize("size", [1, 7, 100, 1 << 20])
+def test_id_parts_end_where_pieces_do(size: int) -> None:
+    enc = gpt2_encoding()
+    ids = np.array(enc.encode_ordinary(ODD + NO_CUTS + ODD), dtype=np.uint16)
+    assert not piece_cuts(np.array(enc.encode_ordinary(NO_CUTS))).size
+    parts = list(_at_cuts(ids[i : i + size] for i in range(0, len(ids), size)))
+    assert np.concatenate(parts).tolist() == ids.tolist()
+    cuts = set(piece_cuts(ids).tolist())
+    ends = np.cumsum([len(p) for p in parts]).tolist()
+    assert set(ends[:-1]) <= cuts and ends[-1] == len(ids)
+    assert all(len(p) for p in parts)
+    assert len(parts) > 10 if size < len(ids) else len(parts) == 2  # up to the last cut, rest
 
 
 def test_unknown_tokenizer(tmp_path: Path) -> None:
