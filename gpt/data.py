@@ -9,15 +9,14 @@ windows between them (see `Batches.get`).
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import torch
 
 from gpt.errors import InputError
 from gpt.rundir import DataMeta, RunDir
+from gpt.tokenizer import Tokenizer, load_tokenizer
 
 
 @dataclass(frozen=True)
@@ -25,7 +24,7 @@ class TokenData:
     meta: DataMeta
     train: np.ndarray  # read-only memmaps: a corpus larger than memory still trains
     val: np.ndarray
-    tokenizer: dict[str, Any]
+    tokenizer: Tokenizer
 
     @classmethod
     def load(cls, run: RunDir) -> TokenData:
@@ -36,10 +35,7 @@ class TokenData:
             if not path.is_file():
                 raise InputError(f"{path}: missing; {hint}")
         meta = DataMeta.read(run.meta_json)
-        try:
-            tokenizer = json.loads(run.tokenizer_json.read_text())
-        except (OSError, ValueError) as e:
-            raise InputError(f"{run.tokenizer_json}: unreadable ({e})") from None
+        tokenizer = load_tokenizer(run.tokenizer_json)  # a bad one fails now, not at the export
         itemsize = np.dtype(meta.dtype).itemsize
         arrays = []
         for path, tokens in ((run.train_bin, meta.train_tokens), (run.val_bin, meta.val_tokens)):

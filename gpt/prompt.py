@@ -15,7 +15,6 @@ from gpt.config import PromptConfig
 from gpt.errors import InputError
 from gpt.export import load_export
 from gpt.repl import GOODBYE, PROMPT, Chat, interact
-from gpt.tokenizer import tokenizer_from_json
 
 
 def resolve_device(device: str) -> str:
@@ -29,11 +28,7 @@ def resolve_device(device: str) -> str:
 def main(cfg: PromptConfig) -> None:
     rundir = cfg.rundir
     device = resolve_device(cfg.device)
-    model, tokenizer_json = load_export(rundir.model_dir, device=device)
-    try:
-        tokenizer = tokenizer_from_json(tokenizer_json)
-    except (ValueError, TypeError) as e:
-        raise InputError(f"{rundir.model_dir}/tokenizer.json: not a valid tokenizer: {e}") from None
+    model, tokenizer = load_export(rundir.model_dir, device=device)
     if tokenizer.vocab_size > model.config.vocab_size:
         raise InputError(
             f"{rundir.model_dir}: tokenizer has {tokenizer.vocab_size} tokens but the model "

@@ -10,6 +10,7 @@ from safetensors.torch import load_file
 from gpt.config import SamplingConfig
 from gpt.model import GPT, GPTConfig, ReLUSquared, Rotary, apply_rotary
 from gpt.sampling import generate, new_generator
+from gpt.tokenizer import CharTokenizer
 
 TINY = dict(vocab_size=67, block_size=16, n_layer=2, n_head=2, n_embd=32)
 
@@ -171,11 +172,11 @@ def test_padding_ids_are_never_sampled(model: GPT) -> None:
 def test_export_round_trip_keeps_the_model_and_leaves_out_padding(tmp_path, model: GPT) -> None:
     from gpt.export import load_export, save_export
 
-    save_export(model, {"kind": "char", "chars": "ab"}, tmp_path / "model")
+    save_export(model, CharTokenizer("ab"), tmp_path / "model")
     stored = load_file(tmp_path / "model" / "model.safetensors")
-    assert stored["transformer.wte.weight"].shape == (67, 32) and "lm_head.weight" not in stored
+    assert stored["gpt_neox.embed_in.weight"].shape == (67, 32) and "lm_head.weight" not in stored
     loaded, tok = load_export(tmp_path / "model")
-    assert tok == {"kind": "char", "chars": "ab"}
+    assert tok.to_json() == CharTokenizer("ab").to_json()
     for (name, a), (_, b) in zip(model.state_dict().items(), loaded.state_dict().items(),
                                  strict=True):
         torch.testing.assert_close(a[:67], b[:67], msg=name)  # the real rows; all of the rest
@@ -190,7 +191,7 @@ def test_export_of_another_shape_gets_one_line(tmp_path, model: GPT) -> None:
     from gpt.errors import InputError
     from gpt.export import load_export, save_export
 
-    save_export(model, {"kind": "char"}, tmp_path / "model")
+    save_export(model, CharTokenizer("ab"), tmp_path / "model")
     config = tmp_path / "model" / "config.json"
     config.write_text(json.dumps({**json.loads(config.read_text()), "vocab_size": 70}))
     with pytest.raises(InputError, match=r"transformer.wte.weight is \(67, 32\), expected "
@@ -205,7 +206,7 @@ def test_export_refuses_a_pickle_in_place_of_safetensors(tmp_path, monkeypatch, 
     from gpt.export import load_export, save_export
 
     monkeypatch.chdir(tmp_path)  # where the payload would write if it ever ran
-    save_export(model, {"kind": "char"}, tmp_path / "model")
+    save_export(model, CharTokenizer("ab"), tmp_path / "model")
 
     class Evil:
         def __reduce__(self):

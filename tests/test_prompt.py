@@ -40,7 +40,7 @@ def export(root: Path, tokenizer: Tokenizer, vocab_size: int | None = None) -> R
         vocab_size=vocab_size or tokenizer.vocab_size, block_size=32, n_layer=1, n_head=2, n_embd=16
     )
     rundir = RunDir.of(root, RUN)
-    save_export(GPT(config), tokenizer.to_json(), rundir.model_dir)
+    save_export(GPT(config), tokenizer, rundir.model_dir)
     return rundir
 
 

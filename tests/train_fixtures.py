@@ -20,6 +20,7 @@ import torch
 from gpt.__main__ import main as gpt_main
 from gpt.rundir import DataMeta, RunDir
 from gpt.stages import TRAIN_GPT
+from gpt.tokenizer import CharTokenizer
 
 TEXT = (
     "ANTIPHOLUS: Merchant, I'll pay thee, and be gone.\n"
@@ -44,7 +45,7 @@ def write_data(root: Path, run: str, text: str = TEXT, val_fraction: float = 0.1
     rundir.data_dir.mkdir(parents=True, exist_ok=True)
     ids[:cut].tofile(rundir.train_bin)
     ids[cut:].tofile(rundir.val_bin)
-    rundir.tokenizer_json.write_text(json.dumps({"kind": "char", "chars": "".join(chars)}))
+    rundir.tokenizer_json.write_text(json.dumps(CharTokenizer("".join(chars)).to_json()))
     DataMeta(
         source="tests", tokenizer="char", compact=False, max_vocab=0, val_fraction=val_fraction,
         block_size=16, corpus_sha256=hashlib.sha256(text.encode()).hexdigest(),
