@@ -1,0 +1,96 @@
+"""A run's model served by `transformers serve`, read by the official `openai` client: the
+streamed greedy completion is our CLI's greedy reply, word for word (README, "Serve it")."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+from test_hf import CORPUS, PROMPTS, export
+
+from gpt.model import GPTConfig
+from gpt.rundir import RunDir
+from gpt.tokenizer import GPT2Tokenizer
+
+openai = pytest.importorskip("openai")
+SERVE = Path(sys.executable).with_name("transformers")
+START_S = 120
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def run(tmp_path) -> RunDir:
+    """A run whose model/ is the default shape on the compact tokenizer of the embedded corpus."""
+    tokenizer = GPT2Tokenizer.fit([CORPUS])
+    config = GPTConfig(dropout=0.0, vocab_size=tokenizer.vocab_size)  # the default shape
+    rundir = RunDir.of(tmp_path, "served")
+    export(tmp_path / "export", config, tokenizer)
+    shutil.copytree(tmp_path / "export" / "model", rundir.model_dir)
+    return rundir
+
+
+@pytest.fixture
+def server(run: RunDir, tmp_path):
+    """`transformers serve <model dir>` as the README runs it, offline, on a free port."""
+    if not SERVE.exists():
+        pytest.skip(f"{SERVE} missing: install the serve extra")
+    port = free_port()
+    env = {**os.environ, "HF_HOME": str(tmp_path / "hf-home"), "HF_HUB_OFFLINE": "1"}
+    log = (tmp_path / "serve.log").open("w")
+    proc = subprocess.Popen(
+        [str(SERVE), "serve", str(run.model_dir), "--host", "127.0.0.1", "--port", str(port),
+         "--device", "cpu"], env=env, stdout=log, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    try:
+        end = time.monotonic() + START_S
+        while True:
+            try:
+                with urllib.request.urlopen(f"{url}/health", timeout=2):
+                    break
+            except OSError:
+                assert proc.poll() is None, (tmp_path / "serve.log").read_text()[-2000:]
+                assert time.monotonic() < end, "transformers serve did not start"
+                time.sleep(0.5)
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def cli_reply(run: RunDir, prompt: str, n: int) -> str:
+    """Our CLI's greedy reply, as its transcript records it."""
+    out = subprocess.run(
+        [sys.executable, "-m", "gpt", "generative-prompt", "--root", str(run.root), "--run",
+         run.run, "--temperature", "0", "--max_new_tokens", str(n), "--prompt", prompt],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    lines = run.transcript_jsonl.read_text().splitlines()
+    return json.loads(lines[-1])["reply"]
+
+
+@pytest.mark.slow
+def test_the_openai_clients_streamed_greedy_completion_is_our_clis_reply(run, server):
+    client = openai.OpenAI(base_url=f"{server}/v1", api_key="unused")
+    assert [m.id for m in client.models.list()] == [str(run.model_dir)]
+    for prompt in PROMPTS:
+        n = 24
+        stream = client.completions.create(model=str(run.model_dir), prompt=prompt,
+                                           max_tokens=n, temperature=0, stream=True)  # fmt: skip
+        pieces = [choice.text for chunk in stream for choice in chunk.choices]
+        assert len(pieces) > 1, "not streamed"
+        assert "".join(pieces) == cli_reply(run, prompt, n), prompt
