@@ -23,7 +23,8 @@ def test_a_quick_run_records_machine_settings_median_and_spread(tmp_path, monkey
     assert machine["cores"] >= 1 and machine["torch"] and machine["torch_threads"] >= 1
     assert {"cpu", "gpu", "load_avg"} <= machine.keys()
     assert doc["settings"]["new_tokens"] == 4 and doc["settings"]["repeats"] >= 2
-    assert [row["cache"] for row in doc["rows"]] == [False, True]
+    assert [(row["engine"], row["cache"]) for row in doc["rows"]] == [
+        ("ours", False), ("ours", True), ("transformers", True)]
     for row in doc["rows"]:
         rate = row["tokens_per_s"]
         assert len(rate["values"]) == doc["settings"]["repeats"]
@@ -31,7 +32,7 @@ def test_a_quick_run_records_machine_settings_median_and_spread(tmp_path, monkey
         assert rate["spread"] >= 0
     summary = (tmp_path / "summary.md").read_text()
     assert "### generation" in summary and "Quick run, " in summary and " cores, torch " in summary
-    assert "| cache | threads | tokens/s |" in capsys.readouterr().out
+    assert "| engine | cache | threads | tokens/s |" in capsys.readouterr().out
 
 
 def test_the_summary_keeps_the_tables_of_benchmarks_not_rerun(tmp_path, monkeypatch):
