@@ -6,6 +6,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -444,26 +445,34 @@ def hf_json(tok: Tokenizer) -> dict:
     return json.loads(tok.to_hf().to_str())
 
 
-def test_foreign_hugging_face_tokenizers_are_refused(compact, char) -> None:
-    other = hf_json(compact)
-    other["model"]["merges"] = other["model"]["merges"][::-1]
-    with pytest.raises(ValueError, match="its model is not the one gpt2 writes"):
+def _reversed_merges(obj: dict) -> None:
+    obj["model"]["merges"] = obj["model"]["merges"][::-1]
+
+
+def _no_model(obj: dict) -> None:
+    obj.clear()
+    obj["version"] = "1.0"
+
+
+@pytest.mark.parametrize("which,change,message", [
+    ("compact", _reversed_merges, "its model is not the one gpt2 writes"),
+    ("compact", lambda o: o["model"]["vocab"].update({"xyzzy-not-gpt2": len(o["model"]["vocab"])}),
+     "'xyzzy-not-gpt2' is not a GPT-2 token"),
+    ("compact", lambda o: o.update(decoder={"type": "WordPiece", "prefix": "##", "cleanup": True}),
+     "decoder 'WordPiece': expected ByteLevel or Fuse"),
+    ("compact", lambda o: o.update(pre_tokenizer=None), "its pre_tokenizer is not"),
+    ("compact", lambda o: o.update(post_processor={
+        "type": "TemplateProcessing", "single": [{"SpecialToken": {"id": "<|endoftext|>",
+        "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}}], "pair": [],
+        "special_tokens": {"<|endoftext|>": {"id": "<|endoftext|>", "ids": [0],
+                                             "tokens": ["<|endoftext|>"]}}}),
+     "its post_processor adds tokens"),
+    ("char", lambda o: o["model"]["vocab"].update({"ab": len(o["model"]["vocab"])}),
+     "must hold characters"),
+    ("char", _no_model, "expected a JSON object with a model"),
+])  # fmt: skip
+def test_foreign_hugging_face_tokenizers_are_refused(request, which, change, message) -> None:
+    other = hf_json(request.getfixturevalue(which))
+    change(other)
+    with pytest.raises(ValueError, match=re.escape(message)):
         tokenizer_from_hf(other)
-    other = hf_json(compact)
-    other["model"]["vocab"]["xyzzy-not-gpt2"] = compact.vocab_size
-    with pytest.raises(ValueError, match="'xyzzy-not-gpt2' is not a GPT-2 token"):
-        tokenizer_from_hf(other)
-    other = hf_json(compact)
-    other["decoder"] = {"type": "WordPiece", "prefix": "##", "cleanup": True}
-    with pytest.raises(ValueError, match="decoder 'WordPiece': expected ByteLevel or Fuse"):
-        tokenizer_from_hf(other)
-    other = hf_json(compact)
-    other["pre_tokenizer"] = None
-    with pytest.raises(ValueError, match="its pre_tokenizer is not"):
-        tokenizer_from_hf(other)
-    other = hf_json(char)
-    other["model"]["vocab"]["ab"] = char.vocab_size
-    with pytest.raises(ValueError, match="must hold characters"):
-        tokenizer_from_hf(other)
-    with pytest.raises(ValueError, match="expected a JSON object with a model"):
-        tokenizer_from_hf({"version": "1.0"})
