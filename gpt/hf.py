@@ -132,7 +132,7 @@ def _module_names(config: GPTConfig) -> list[tuple[str, str]]:
                   for i in range(config.n_layer) for a, b in layer]  # fmt: skip
 
 
-def _tensors(config: GPTConfig, module: str) -> tuple[str, ...]:
+def _tensors(module: str) -> tuple[str, ...]:
     """The tensors of a module in the export: embeddings have no bias; every other module has
     one in both architectures, which is zeros for a model without."""
     return ("weight",) if module in EMBEDDINGS else ("weight", "bias")
@@ -161,7 +161,7 @@ def to_hf(config: GPTConfig, weights: dict[str, torch.Tensor]) -> dict[str, torc
     embedding unpadded); absent biases become zeros."""
     out: dict[str, torch.Tensor] = {}
     for ours, theirs in _module_names(config):
-        for kind in _tensors(config, ours):
+        for kind in _tensors(ours):
             weight = weights[f"{ours}.weight"]
             t = weights.get(f"{ours}.{kind}", torch.zeros(weight.size(0), dtype=weight.dtype))
             out[f"{theirs}.{kind}"] = _convert(config, ours, kind, t, to_theirs=True)
@@ -173,7 +173,7 @@ def from_hf(config: GPTConfig, tensors: dict[str, torch.Tensor]) -> dict[str, to
     biases left out when the config has none (they are the zeros `to_hf` wrote)."""
     out: dict[str, torch.Tensor] = {}
     for ours, theirs in _module_names(config):
-        for kind in _tensors(config, ours):
+        for kind in _tensors(ours):
             if kind == "bias" and not config.bias:
                 continue
             t = tensors[f"{theirs}.{kind}"]
