@@ -152,3 +152,20 @@ def test_a_model_in_the_earlier_format_gets_one_line_saying_what_to_do(tmp_path)
         {"n_layer": 1, "n_head": 2, "n_embd": 16, "block_size": 16, "vocab_size": 2}))
     with pytest.raises(InputError, match=r"earlier format, not a Hugging Face directory; run "):
         load_export(path)
+
+
+@pytest.mark.parametrize("kind", ["char", "gpt2-full", "gpt2-capped"])
+def test_every_tokenizer_option_loads_in_autotokenizer_with_our_ids(tmp_path, kind):
+    """The tokenizers other than the default: characters, GPT-2's whole vocabulary, and a
+    compact one that --max_vocab cut (its dropped tokens spelt by BPE over the kept ones)."""
+    tokenizer = {"char": lambda: CharTokenizer.fit([CORPUS]), "gpt2-full": GPT2Tokenizer,
+                 "gpt2-capped": lambda: GPT2Tokenizer.fit([CORPUS], max_vocab=600)}[kind]()
+    config = GPTConfig(n_layer=1, n_head=2, n_embd=16, block_size=16,
+                       vocab_size=tokenizer.vocab_size)  # fmt: skip
+    _, path = export(tmp_path, config, tokenizer)
+    theirs = transformers.AutoTokenizer.from_pretrained(path)
+    texts = [CORPUS[:2000], PROMPTS[1]] + ([] if kind == "char" else PROMPTS[2:])
+    for text in texts:
+        ids = tokenizer.encode(text)
+        assert theirs(text)["input_ids"] == ids
+        assert theirs.decode(ids) == text
