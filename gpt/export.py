@@ -7,8 +7,9 @@ and to every tool that reads that format.
 and what `PreTrainedTokenizerFast.save_pretrained` writes for the tokenizer's `tokenizers` twin
 (`tokenizer.json`, `tokenizer_config.json`). `AutoModelForCausalLM.from_pretrained(model_dir)`
 and `AutoTokenizer.from_pretrained(model_dir)` load it offline with no custom code; our own CLI
-reads the same files with safetensors and json alone, and never imports transformers (a second
-or two of start-up) to do so. One directory, written atomically.
+reads the same files with safetensors, json and tokenizers (to check `tokenizer.json` is the twin
+of a tokenizer it has), and never imports transformers (a second of start-up) to do so. One
+directory, written atomically.
 
 The weights are those of the tokenizer's vocabulary: the token embedding, which is also the
 output head, has exactly `vocab_size` rows and is stored once. The padding rows the model trains
