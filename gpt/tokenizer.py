@@ -523,10 +523,11 @@ def _gpt2_kept(spellings: list[str]) -> list[int] | None:
     ranks = gpt2_ranks()
     kept = []
     for s in spellings:
+        token = bytes(byte[c] for c in s) if set(s) <= byte.keys() else None
         if s == ENDOFTEXT:
             kept.append(GPT2_EOT)
-        elif set(s) <= byte.keys() and bytes(byte[c] for c in s) in ranks:
-            kept.append(ranks[bytes(byte[c] for c in s)])
+        elif token in ranks:
+            kept.append(ranks[token])
         else:
             raise ValueError(f"tokenizer.json: vocab token {s!r} is not a GPT-2 token")
     if kept != sorted(kept):

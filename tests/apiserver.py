@@ -80,12 +80,14 @@ def _wait_healthy(workdir: Path, url: str, deadline_s: float = 60) -> None:
         time.sleep(0.1)
 
 
-def _apply_crds(api_client, crds: Path) -> None:
+def apply_crds(api_client, paths: list[Path]) -> None:
+    """Create the CRDs in `paths` (created, not applied: some are too large for the
+    last-applied annotation) and wait until each is Established (served)."""
     from kubernetes import client
 
     ext = client.ApiextensionsV1Api(api_client)
     names = []
-    for path in sorted(crds.glob("trainer.kubeflow.org_*.yaml")):
+    for path in paths:
         # The C loader: these CRDs are 27,000 lines, 3.5 s for the pure-Python one.
         crd = yaml.load(path.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
         ext.create_custom_resource_definition(crd)
@@ -116,7 +118,7 @@ def running(shared: Path, workdir: Path) -> Iterator[ApiServer]:
             raise RuntimeError(f"start.sh failed:\n{started.stdout}\n{started.stderr}")
         server = ApiServer(workdir, workdir / "kubeconfig", f"https://127.0.0.1:{api_port}")
         _wait_healthy(workdir, server.url)
-        _apply_crds(server.client(), shared / CRDS)
+        apply_crds(server.client(), sorted((shared / CRDS).glob("trainer.kubeflow.org_*.yaml")))
         yield server
     finally:
         for pidfile in ("apiserver.pid", "etcd.pid"):

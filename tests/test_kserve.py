@@ -5,12 +5,11 @@ Hugging Face runtime from the PVC the pipeline writes."""
 from __future__ import annotations
 
 import copy
-import time
 from pathlib import Path
 
 import pytest
 import yaml
-from apiserver import namespace
+from apiserver import apply_crds, namespace
 from cluster.kserve_webhook import Refused, admit, pvc_mount
 
 from components.launcher import RUN_LABEL
@@ -38,15 +37,7 @@ def kserve(apiserver, shared):
     path = shared / KSERVE / "serving.kserve.io_inferenceservices.yaml"
     if not path.is_file():
         pytest.skip(f"{path} is absent: no KServe CRDs to validate against")
-    ext = client.ApiextensionsV1Api(apiserver.client())
-    crd = yaml.load(path.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
-    ext.create_custom_resource_definition(crd)
-    end = time.monotonic() + 60
-    while not any(c.type == "Established" and c.status == "True"
-                  for c in ext.read_custom_resource_definition(crd["metadata"]["name"])
-                  .status.conditions or []):  # fmt: skip
-        assert time.monotonic() < end, "the InferenceService CRD was not established"
-        time.sleep(0.05)
+    apply_crds(apiserver.client(), [path])
     return client.CustomObjectsApi(apiserver.client())
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import socket
 import subprocess
 import sys
@@ -14,8 +13,9 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from test_hf import CORPUS, PROMPTS, export
+from test_hf import CORPUS, PROMPTS, peaked
 
+from gpt.export import save_export
 from gpt.model import GPTConfig
 from gpt.rundir import RunDir
 from gpt.tokenizer import GPT2Tokenizer
@@ -37,8 +37,7 @@ def run(tmp_path) -> RunDir:
     tokenizer = GPT2Tokenizer.fit([CORPUS])
     config = GPTConfig(dropout=0.0, vocab_size=tokenizer.vocab_size)  # the default shape
     rundir = RunDir.of(tmp_path, "served")
-    export(tmp_path / "export", config, tokenizer)
-    shutil.copytree(tmp_path / "export" / "model", rundir.model_dir)
+    save_export(peaked(config), tokenizer, rundir.model_dir)
     return rundir
 
 
