@@ -257,7 +257,8 @@ class CorpusConfig(RunConfig):
     corpus gets a small embedding table (a prompt's unseen tokens are spelt with the kept ones)."""
     max_vocab: int = 8192
     """gpt2 with --compact: keep at most this many ids (the 256 bytes, end-of-text and the most
-    frequent BPE tokens); rarer tokens are spelt with the kept ones. 0: no limit."""
+    frequent BPE tokens, counted on a 16 MB sample of a text over 64 MB); rarer tokens are spelt
+    with the kept ones. 0: no limit (every token the corpus uses, counted exactly)."""
     val_fraction: float = 0.1
     """Fraction of the cleaned text, taken from its end, held out for validation."""
     block_size: int = 256

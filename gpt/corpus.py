@@ -85,6 +85,9 @@ def main(cfg: CorpusConfig) -> None:
         check_length(cfg, out)
         tok = out.tokenizer
         print(f"corpus: tokenizer {describe(tok)}")
+        if out.sample_bytes:
+            print(f"corpus: its tokens counted on {out.sample_bytes:,} bytes of the text, "
+                  "in slices spread evenly over it")
         meta = DataMeta(
             **dataclasses.asdict(inputs),
             vocab_size=tok.vocab_size,

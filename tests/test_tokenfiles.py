@@ -10,7 +10,13 @@ import pytest
 
 import gpt.tokenfiles
 from gpt.tokenfiles import SAFE_CUT, _at_cuts, chunks, tokenize_file
-from gpt.tokenizer import CharTokenizer, GPT2Tokenizer, gpt2_encoding, piece_cuts
+from gpt.tokenizer import (
+    CharTokenizer,
+    GPT2Tokenizer,
+    always_kept,
+    gpt2_encoding,
+    piece_cuts,
+)
 
 COMEDY = (resources.files("gpt.assets") / "comedy_of_errors.txt").read_text(encoding="utf-8")
 # What a pre-tokenizer could trip on at a cut: runs of spaces and newlines, digits, contractions,
@@ -66,6 +72,37 @@ def test_compacted_ids_are_what_the_fitted_tokenizer_encodes(
     tok = GPT2Tokenizer.fit(parts, max_vocab)
     assert out.tokenizer.to_json() == tok.to_json()
     assert ids_of(tmp_path) == [tok.encode(p) for p in parts]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["text.txt", "train.bin", "val.bin"]
+
+
+@pytest.mark.parametrize("max_vocab", [300, 1000])
+def test_a_large_capped_text_is_encoded_with_a_vocabulary_counted_on_a_spread_sample(
+    max_vocab: int, tmp_path: Path, monkeypatch
+) -> None:
+    # Scaled down: 64 slices of 512 bytes, for texts above 128 KB. The text's head is English
+    # (and ODD), its tail Japanese and Chinese without a newline: slices from the head alone
+    # would miss the tail's tokens (no English token's merge parts are among them).
+    monkeypatch.setattr(gpt.tokenfiles, "VOCAB_SAMPLE_BYTES", 64 * 512)
+    monkeypatch.setattr(gpt.tokenfiles, "SAMPLED_ABOVE", 128 * 1024)
+    monkeypatch.setattr(gpt.tokenfiles, "CHUNK_CHARS", 4096)
+    head, tail = COMEDY * 2 + ODD, NO_CUTS * 40
+    text = head + tail
+    path = tmp_path / "text.txt"
+    path.write_text(text, encoding="utf-8", newline="")
+    assert path.stat().st_size > gpt.tokenfiles.SAMPLED_ABOVE
+    cut = int(len(text) * 0.9)
+    out = tokenize_file("gpt2", path, cut, compact=True, max_vocab=max_vocab, out=tmp_path)
+    tok = out.tokenizer
+    assert isinstance(tok, GPT2Tokenizer) and tok.vocab_size <= max_vocab
+    parts = [text[:cut], text[cut:]]
+    assert ids_of(tmp_path) == [tok.encode(p) for p in parts]  # exactly what it encodes
+    assert out.nbytes == tuple(len(p.encode()) for p in parts)
+    assert 0 < out.sample_bytes <= 64 * 512
+    enc = gpt2_encoding()
+    tail_only = set(enc.encode_ordinary(tail)) - set(enc.encode_ordinary(head)) - always_kept()
+    assert tail_only and tail_only <= set(tok.kept)
+    # Counted on the sample, not on the whole text: the exact fit differs.
+    assert tok.kept != GPT2Tokenizer.fit(parts, max_vocab).kept
     assert sorted(p.name for p in tmp_path.iterdir()) == ["text.txt", "train.bin", "val.bin"]
 
 
