@@ -20,15 +20,21 @@ class Progress:
         self.out = out or sys.stdout
         self.tty = self.out.isatty()
         self.every = 0.5 if self.tty else 5.0
-        self.start = self.last = time.monotonic()
+        self.last = time.monotonic()
         self.nbytes = self.tokens = 0
+        # The rate counts from the first chunk on: what comes before it (cleaning's first pass,
+        # which checks the bytes, or a download) is not this pass's speed.
+        self.start: tuple[float, int] | None = None
         self.shown = False
 
     def update(self, nbytes: int, tokens: int = 0) -> None:
+        now = time.monotonic()
+        first = self.start is None
+        if first:
+            self.start = (now, nbytes)
         self.nbytes += nbytes
         self.tokens += tokens
-        now = time.monotonic()
-        if now - self.last >= self.every:
+        if now - self.last >= self.every and not first:
             self.last = now
             self._show(now)
 
@@ -39,7 +45,8 @@ class Progress:
             self.out.flush()
 
     def _show(self, now: float) -> None:
-        rate = self.nbytes / max(now - self.start, 1e-9)
+        since, first = self.start or (now, 0)
+        rate = (self.nbytes - first) / max(now - since, 1e-9)
         line = f"corpus: {self.what} {self.nbytes / 1e6:,.1f}"
         line += f"/{self.total / 1e6:,.1f} MB" if self.total else " MB"
         line += f", {rate / 1e6:.1f} MB/s"
