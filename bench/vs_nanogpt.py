@@ -51,6 +51,7 @@ GPT2_CHOICES = {"position": "learned", "activation": "gelu"}
 REPEATS = 3  # runs of each case on a CPU (medians and spreads in the table)
 LOG_INTERVAL = 10  # both also log their first step: nanoGPT as iteration 0, we as step 1
 STEP_LINE = {"nanogpt": re.compile(r"^iter (\d+): loss"), "ours": re.compile(r"^step +(\d+)/")}
+DATASET = "bench"  # nanoGPT's name for our token files: data/bench/ in its working directory
 
 
 @dataclass(frozen=True)
@@ -100,10 +101,10 @@ def cases(shape: Shape, quick: bool) -> list[Case]:
     return found
 
 
-def nanogpt_command(shape: Shape, case: Case, dataset: str) -> list[str]:
+def nanogpt_command(shape: Shape, case: Case) -> list[str]:
     cuda = shape.device == "cuda"
     flags = {
-        "dataset": dataset, "out_dir": "out", "device": shape.device,
+        "dataset": DATASET, "out_dir": "out", "device": shape.device,
         "compile": cuda, "dtype": "bfloat16" if cuda else "float32",
         "n_layer": shape.n_layer, "n_head": shape.n_head, "n_embd": shape.n_embd,
         "block_size": shape.block_size, "batch_size": case.micro_batch,
@@ -113,6 +114,12 @@ def nanogpt_command(shape: Shape, case: Case, dataset: str) -> list[str]:
         "eval_interval": 10**9, "eval_iters": 1, "log_interval": LOG_INTERVAL,
         "always_save_checkpoint": False, "dropout": 0.0, "bias": False,
     }  # fmt: skip
+    return nanogpt_argv(flags)
+
+
+def nanogpt_argv(flags: dict[str, Any]) -> list[str]:
+    """`python train.py --name=value ...`, nanoGPT's command line, run in its working directory
+    (`nanogpt_workdir`)."""
     return [sys.executable, "train.py", *(f"--{k}={v}" for k, v in flags.items())]
 
 
@@ -149,10 +156,13 @@ class GPUMemory(threading.Thread):
                     self.peak_mib = max(self.peak_mib, int(mib))
 
 
-def timed_run(argv: list[str], cwd: Path, trainer: str, log: Path, cuda: bool) -> dict[str, Any]:
-    """Run one trainer; the arrival time of each step line, and its peak memory (on `cuda`
-    the GPU's too)."""
+def timed_run(argv: list[str], cwd: Path, trainer: str, log: Path, cuda: bool,
+              threads: int | None = None) -> dict[str, Any]:
+    """Run one trainer (with `threads` CPU threads, else its own default); the arrival time of
+    each step line, and its peak memory (on `cuda` the GPU's too)."""
     env = dict(os.environ, PYTHONUNBUFFERED="1", PYTHONPATH=str(REPO))
+    if threads:
+        env["OMP_NUM_THREADS"] = str(threads)
     start = time.perf_counter()
     proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)  # fmt: skip
@@ -233,16 +243,21 @@ def linked_run(root: Path, data_run: str, name: str) -> str:
     return name
 
 
-def nanogpt_workdir(root: Path, data_run: str, vocab_size: int, shape: Shape) -> Path:
-    """nanoGPT's working directory: its three files, and our token files as its dataset."""
-    work = root / "nanogpt"
-    dataset = work / "data" / "bench"
+def require_nanogpt() -> None:
+    if not (NANOGPT / "train.py").is_file():
+        raise RuntimeError(f"{NANOGPT}: nanoGPT not found (set GPT_SHARED to a copy of shared/)")
+
+
+def nanogpt_workdir(work: Path, data: Path, vocab_size: int | None) -> Path:
+    """nanoGPT's working directory `work`: its three files, and the token files of our `data/`
+    as its dataset DATASET, of `vocab_size` ids (None: GPT-2's, which nanoGPT pads to 50,304)."""
+    dataset = work / "data" / DATASET
     dataset.mkdir(parents=True)
     for name in ("train.py", "model.py", "configurator.py"):
         shutil.copy(NANOGPT / name, work / name)
     for name in ("train.bin", "val.bin"):
-        (dataset / name).symlink_to(root / data_run / "data" / name)
-    if shape.tokenizer != "gpt2":  # without meta.pkl nanoGPT assumes GPT-2's padded 50,304
+        (dataset / name).symlink_to(data / name)
+    if vocab_size is not None:  # without meta.pkl nanoGPT assumes GPT-2's padded 50,304
         # The peer's own format: written here, read only by the peer, never by this project.
         (dataset / "meta.pkl").write_bytes(pickle.dumps({"vocab_size": vocab_size}))
     return work
@@ -255,8 +270,7 @@ def run(quick: bool) -> Result:
     from gpt.model import GPT
     from gpt.trainer import PEAK_FLOPS
 
-    if not (NANOGPT / "train.py").is_file():
-        raise RuntimeError(f"{NANOGPT}: nanoGPT not found (set GPT_SHARED to a copy of shared/)")
+    require_nanogpt()
     cuda = torch.cuda.is_available()
     shape = shape_for(cuda, quick)
     name = torch.cuda.get_device_name() if cuda else ""
@@ -275,7 +289,8 @@ def run(quick: bool) -> Result:
                               block_size=shape.block_size, vocab_size=vocab_size, bias=False))
         flops = model.flops_per_token()
         del model
-        work = nanogpt_workdir(root, data_run, vocab_size, shape)
+        work = nanogpt_workdir(root / "nanogpt", root / data_run / "data",
+                               None if shape.tokenizer == "gpt2" else vocab_size)
         log = root / "runs.log"
         todo = cases(shape, quick)
         runs: list[list[dict[str, Any]]] = [[] for _ in todo]
@@ -285,7 +300,7 @@ def run(quick: bool) -> Result:
             for i, case in enumerate(todo):
                 print(f"vs_nanogpt: {case.label} ({attempt + 1}) ...", flush=True)
                 if case.trainer == "nanogpt":
-                    argv, cwd = nanogpt_command(shape, case, "bench"), work
+                    argv, cwd = nanogpt_command(shape, case), work
                 else:
                     run_name = linked_run(root, data_run, f"ours-{i}-{attempt}")
                     argv, cwd = ours_command(shape, case, root, run_name), REPO

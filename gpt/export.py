@@ -113,8 +113,15 @@ def load_export(src: Path, device: str = "cpu") -> tuple[GPT, Tokenizer]:
             f"{src / WEIGHTS}: does not fit {src / CONFIG}: {wrong[0]} is {got[wrong[0]]}, "
             f"expected {want[wrong[0]]} ({len(wrong)} tensor(s) differ)"
         )
-    rows = model.lm_head.weight.size(0)
-    padded = F.pad(ours[EMBEDDING], (0, 0, 0, rows - config.vocab_size))  # zero padding rows
-    model.load_state_dict({**ours, EMBEDDING: padded, HEAD: padded}, strict=True)
+    load_unpadded(model, ours)
     return model.to(device).eval(), tokenizer
+
+
+def load_unpadded(model: GPT, weights: dict[str, torch.Tensor]) -> None:
+    """Load `weights` whose embedding (the output head too) has exactly vocab_size rows, as an
+    export's or nanoGPT's has, into `model`, which has every other tensor by the same name; the
+    padding rows are zeros, which nothing reads."""
+    rows = model.lm_head.weight.size(0)
+    padded = F.pad(weights[EMBEDDING], (0, 0, 0, rows - model.config.vocab_size))
+    model.load_state_dict({**weights, EMBEDDING: padded, HEAD: padded}, strict=True)
 

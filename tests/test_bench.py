@@ -73,6 +73,47 @@ def test_time_to_quality_sends_corpus_flags_to_the_corpus_stage(tmp_path):
     assert row["corpus_flags"] == {"max_vocab": "300"} and row["steps"] == CHECKPOINTS
 
 
+@pytest.mark.slow
+def test_time_to_quality_times_our_default_to_the_quality_nanogpt_reaches(shared, tmp_path):
+    """The quick run: nanoGPT itself (20 iterations) and our default recipe (3 s) on the comedy,
+    nanoGPT's checkpoint scored by our evaluator."""
+    main(["--quick", "--results", str(tmp_path), "time_to_quality"])
+
+    doc = json.loads((tmp_path / "time_to_quality.json").read_text())
+    nanogpt, ours = doc["rows"]
+    assert (nanogpt["trainer"], nanogpt["recipe"], nanogpt["tokenizer"]) == (
+        "nanogpt", "reference", "char")
+    assert (ours["trainer"], ours["recipe"]) == ("ours", "default")
+    flags = nanogpt["train_flags"]
+    assert (flags["max_iters"], flags["lr_decay_iters"], flags["eval_interval"]) == (20, 20, 20)
+    assert (flags["device"], flags["compile"], flags["dtype"]) == ("cpu", False, "float32")
+    assert nanogpt["steps"] == 20 and 0 < nanogpt["train s"] < 60
+    # Its checkpoint is a trained model, scored like nanoGPT's own estimate of it (its 20
+    # random batches, ours evenly spread windows), and below chance (~6 bits per character).
+    assert nanogpt["best bpb"] == pytest.approx(nanogpt["own_val_bpb"], abs=0.1)
+    assert nanogpt["best bpb"] < 5.8
+    # The target is what nanoGPT reached, in its own time: 1.00x by definition.
+    assert nanogpt["target bpb"] == ours["target bpb"] == nanogpt["best bpb"]
+    assert nanogpt["s to target"] == nanogpt["train s"]
+    assert nanogpt["vs nanoGPT's time"] == "1.00x"
+    # Ours reaches it at its first checkpoint at the latest: 20 iterations leave nanoGPT near
+    # chance, and chance per byte is lower for BPE tokens than for characters.
+    first = ours["curve"][0]
+    assert first["val_bpb"] <= ours["target bpb"] and ours["s to target"] == first["train_s"]
+    assert ours["time_ratio_to_nanogpt"] == pytest.approx(first["train_s"] / nanogpt["train s"])
+
+
+def test_nanogpt_is_timed_by_its_iteration_lines_without_its_evaluations():
+    from bench.time_to_quality import nanogpt_train_s
+
+    # Iteration 0's line waits for the evaluation before it (1.0 s late); iterations 1-3 take
+    # 0.5 s each; the line of iteration 4 (past the checkpoint) waits for the last evaluation.
+    arrivals = [(0, 3.0), (1, 3.5), (2, 4.0), (3, 4.5), (4, 9.0)]
+    assert nanogpt_train_s(arrivals, 4) == pytest.approx(2.0)
+    with pytest.raises(RuntimeError, match="iteration 0 or 5 of 6"):  # it stopped short
+        nanogpt_train_s(arrivals, 6)
+
+
 def test_rates_are_timed_from_the_first_line_after_the_warm_up_to_the_last_line():
     from bench.vs_nanogpt import Case, Shape, row_of
 
@@ -138,7 +179,7 @@ def test_on_cuda_both_trainers_get_gpt2_124m_at_the_same_tokens_per_step(tmp_pat
     splits = set()
     for case in vs_nanogpt.cases(shape, quick=False):
         if case.trainer == "nanogpt":
-            argv = vs_nanogpt.nanogpt_command(shape, case, "bench")
+            argv = vs_nanogpt.nanogpt_command(shape, case)
             flags = dict(a[2:].split("=", 1) for a in argv[2:])
             tokens = (int(flags["batch_size"]) * int(flags["gradient_accumulation_steps"])
                       * int(flags["block_size"]))
