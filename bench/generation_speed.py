@@ -40,7 +40,7 @@ def run(quick: bool) -> Result:
         prompt = np.memmap(rundir.val_bin, dtype=meta.dtype, mode="r")[:PROMPT_TOKENS].tolist()
         tokenizer = load_tokenizer(rundir.tokenizer_json)
         torch.manual_seed(0)
-        config = TrainConfig().model_config(meta.vocab_size)
+        config = TrainConfig().model_config(meta.vocab_size, meta.train_tokens)
         model = GPT(config).to(device).eval()
         save_export(model, tokenizer, Path(root) / "model")
         theirs = hf_model(Path(root) / "model", device)

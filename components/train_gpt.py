@@ -15,7 +15,7 @@ def train_gpt(
     n_head: int = 4,
     n_embd: int = 128,
     block_size: int = 64,
-    dropout: float = 0.2,
+    dropout: float = -1.0,
     batch_size: int = 12,
     max_iters: int = 600,
     time_budget: float = 0.0,
@@ -44,7 +44,8 @@ def train_gpt(
         n_head: Attention heads per block.
         n_embd: Embedding width.
         block_size: Context length in tokens.
-        dropout: Dropout probability.
+        dropout: Dropout probability; -1: 0.2 if the run trains on more tokens than its
+            training split holds, else 0.
         batch_size: Sequences per optimizer step, over all processes.
         max_iters: Optimizer steps at most.
         time_budget: Seconds of training at most (0: no limit; a budget is not reproducible).
@@ -90,12 +91,12 @@ def train_gpt(
             n_head=n_head,
             n_embd=n_embd,
             block_size=block_size,
-            dropout=dropout,
+            # kfp.local cannot pass an unset (None) parameter on: -1 stands for it
+            dropout=None if dropout == -1 else dropout,
             batch_size=batch_size,
             max_iters=max_iters,
             time_budget=time_budget,
             learning_rate=learning_rate,
-            # kfp.local cannot pass an unset (None) parameter on: -1 stands for it
             warmup_iters=None if warmup_iters == -1 else warmup_iters,
             eval_interval=eval_interval,
             eval_iters=eval_iters,

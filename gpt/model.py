@@ -240,7 +240,8 @@ class GPT(nn.Module):
         rows = padded_vocab(c.vocab_size)
         padding = f" (padded to {rows})" if rows != c.vocab_size else ""
         return (f"{self.num_params() / 1e6:.2f}M parameters: {c.n_layer} layers x {c.n_head} heads "
-                f"x {c.n_embd} wide, context {c.block_size}, vocab {c.vocab_size}{padding}")
+                f"x {c.n_embd} wide, context {c.block_size}, vocab {c.vocab_size}{padding}, "
+                f"dropout {c.dropout:g}")
 
     def flops_per_token(self) -> float:
         """Training FLOPs per token (forward + backward), as in the PaLM paper's appendix B: of

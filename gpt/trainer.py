@@ -122,7 +122,8 @@ class Trainer:
         )
 
         seed_everything(cfg.seed)  # every rank builds the same initial weights
-        self.model = GPT(cfg.model_config(self.data.meta.vocab_size)).to(self.device)
+        model_config = cfg.model_config(self.data.meta.vocab_size, self.data.meta.train_tokens)
+        self.model = GPT(model_config).to(self.device)
         self.optimizer = build_optimizer(self.model, cfg, self.device)
         self.divergence = Divergence(self.device)
         self.state = TrainState()

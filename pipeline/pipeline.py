@@ -33,7 +33,7 @@ def gpt_trainjobs_pipeline(
     n_head: int = 4,
     n_embd: int = 128,
     block_size: int = 64,
-    dropout: float = 0.2,
+    dropout: float = -1.0,
     # training: length, scale-out
     batch_size: int = 12,
     max_iters: int = 600,
@@ -79,7 +79,8 @@ def gpt_trainjobs_pipeline(
         n_head: Attention heads per block.
         n_embd: Embedding width.
         block_size: Context length in tokens.
-        dropout: Dropout probability.
+        dropout: Dropout probability; -1: 0.2 if the run trains on more tokens than its
+            training split holds, else 0.
         batch_size: Sequences per optimizer step, over all processes.
         max_iters: Optimizer steps at most.
         time_budget: Seconds of training at most (0: no limit; a budget is not reproducible).

@@ -31,7 +31,7 @@ OWN_DEFAULTS = {
     "block_size",  # one value for corpus and training (their CLIs default to 256 and 64)
     "root", "run",  # /gpt on the cluster; the KFP run id
     "top_k", "idle_timeout",  # KFP has no None: 0 means unset; a pod should not idle forever
-    "warmup_iters",  # likewise: -1 means unset (kfp.local cannot pass None on)
+    "warmup_iters", "dropout",  # likewise: -1 means unset (kfp.local cannot pass None on)
 }  # fmt: skip
 
 

@@ -23,13 +23,13 @@ from safetensors.torch import load_file
 from gpt import checkpoint
 from gpt.__main__ import main as gpt_main
 from gpt.cli import build_parser
-from gpt.config import TrainConfig
+from gpt.config import DROPOUT_REPEATED, TrainConfig
 from gpt.data import Batches, eval_offsets
 from gpt.distributed import World
 from gpt.divergence import NonFiniteLoss
 from gpt.export import load_export
 from gpt.model import GPT
-from gpt.rundir import RunDir
+from gpt.rundir import DataMeta, RunDir
 from gpt.tokenizer import load_tokenizer
 from gpt.trainer import Trainer, lr_at
 from tests.train_fixtures import ONE_THREAD, records, train, write_data
@@ -256,6 +256,23 @@ def test_warmup_defaults_to_fit_a_short_run_and_an_explicit_one_is_checked() -> 
     assert TrainConfig(max_iters=1).warmup_iters == 0
     with pytest.raises(ValueError, match=r"^--warmup_iters 100: must be in \[0, --max_iters 40\)"):
         TrainConfig(max_iters=40, warmup_iters=100)
+
+
+def test_unset_dropout_is_on_only_where_the_run_sees_its_text_again(root: Path, capsys) -> None:
+    # The default corpus (25,648 training tokens) is seen 18 times by the default run; the plays
+    # (1,374,927) a third of once.
+    assert TrainConfig().dropout_for(25_648) == DROPOUT_REPEATED == 0.2
+    assert TrainConfig().dropout_for(1_374_927) == 0.0
+    assert TrainConfig().dropout_for(600 * 12 * 64) == 0.0  # exactly one pass: nothing repeats
+    assert TrainConfig(dropout=0.1).dropout_for(10**9) == 0.1  # a value given is a value kept
+    rundir = write_data(root, "r")
+    train_tokens = DataMeta.read(rundir.meta_json).train_tokens
+    once = train_tokens // (8 * 16)  # TINY: 8 x 16 tokens a step
+    assert train(root, "r", "--max_iters", str(once), "--eval_interval", "1000") == 0
+    assert "dropout 0 |" in capsys.readouterr().out
+    assert train(root, "r", "--max_iters", str(once + 1), "--eval_interval", "1000",
+                 "--resume", "never") == 0
+    assert "dropout 0.2 |" in capsys.readouterr().out
 
 
 def test_help_lists_every_knob() -> None:
