@@ -40,6 +40,7 @@ import safetensors.torch
 import torch
 
 from bench.harness import SHARED, Result
+from gpt import checkpoint
 from gpt.config import CorpusConfig, GPTConfig, TrainConfig
 from gpt.data import eval_batches, eval_offsets
 from gpt.model import GPT
@@ -108,7 +109,7 @@ def evaluate(ckpt: Path, data: Path, meta: DataMeta) -> float:
     """Validation bits per byte of one checkpoint, on evenly spread windows of val.bin."""
     state = json.loads((ckpt / "state.json").read_text())
     model = GPT(GPTConfig(**state["model"]))
-    safetensors.torch.load_model(model, str(ckpt / "model.safetensors"))
+    safetensors.torch.load_model(model, str(checkpoint.evaluated_weights(ckpt)))
     model.eval()
     tokens = np.memmap(data / "val.bin", dtype=meta.dtype, mode="r")
     block = model.config.block_size

@@ -90,11 +90,12 @@ def test_exact_resume_equals_a_straight_run(root: Path) -> None:
     assert [r["step"] for r in b] == list(range(1, 21))  # steps after 10 logged once, not twice
     losses = [[(r["loss"], r.get("val_loss")) for r in recs] for recs in (a, b)]
     assert losses[0] == losses[1]
-    wa = load_file(straight.ckpt_step(20) / checkpoint.MODEL)
-    wb = load_file(resumed / "ckpt" / "step-20" / checkpoint.MODEL)
-    assert wa.keys() == wb.keys()
-    for name in wa:
-        assert torch.equal(wa[name], wb[name]), name
+    for weights in (checkpoint.MODEL, checkpoint.AVERAGE):  # the weight average is on by default
+        wa = load_file(straight.ckpt_step(20) / weights)
+        wb = load_file(resumed / "ckpt" / "step-20" / weights)
+        assert wa.keys() == wb.keys()
+        for name in wa:
+            assert torch.equal(wa[name], wb[name]), (weights, name)
 
 
 def test_resume_modes(root: Path, capsys) -> None:
