@@ -9,8 +9,8 @@ checkpoint, and a half-written one is never picked up. Each holds
   state.json         the trainer state (step, which is also the data position; elapsed time), the
                      config, and the identity of the data it was trained on
   rng.json           every rank's RNG states: torch (and CUDA), numpy, python
-  average.safetensors  the moving average of the weights (gpt/ema.py), when --ema_decay is set:
-                     what the run evaluates and exports
+  average.safetensors  the moving average of the weights (gpt/ema.py), if the run keeps one
+                     (--ema_decay): what it evaluates and exports
 """
 
 from __future__ import annotations

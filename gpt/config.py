@@ -141,6 +141,10 @@ class GPTConfig(ModelConfig):
 
 # Warmup when --warmup_iters is unset, for runs of 400 steps or more (a quarter of shorter ones).
 DEFAULT_WARMUP_ITERS = 100
+# The weight average when --ema_decay is unset: this decay for a run that passes over its
+# training split at least EMA_MIN_EPOCHS times (bench/recipe_trials.md), else none.
+DEFAULT_EMA_DECAY = 0.995
+EMA_MIN_EPOCHS = 4
 
 
 @dataclass
@@ -176,11 +180,13 @@ class TrainConfig(ModelConfig, RunConfig):
     """AdamW beta2; 0.99 suits small batches, 0.95 large ones."""
     grad_clip: float = 1.0
     """Clip the global gradient norm to this (0 = no clipping)."""
-    ema_decay: float = 0.995
+    ema_decay: float | None = None
     """Evaluate and export an exponential moving average of the weights with this decay per
-    step, in [0, 1) (0: the weights as trained). 0.995 averages over roughly the last 200 steps:
-    on the small default corpus that generalises better than the last step's weights
-    (bench/recipe_trials.md); training itself is unchanged (gpt/ema.py)."""
+    step, in [0, 1) (0: the weights as trained; training itself is the same either way,
+    gpt/ema.py). Unset: 0.995 (about the last 200 steps) when the run passes over its training
+    split at least 4 times, where the last steps overfit and their average generalises better
+    (the default corpus: 18 times); else 0, as on a larger corpus the average lags behind a
+    model that is still learning (bench/recipe_trials.md)."""
     # reporting and checkpoints
     eval_interval: int = 250
     """Evaluate on val.bin every this many steps (and at the end)."""
@@ -239,11 +245,18 @@ class TrainConfig(ModelConfig, RunConfig):
             raise ValueError(f"--min_lr {self.min_lr}: must be in [0, --learning_rate]")
         if not 0 < self.beta2 < 1:
             raise ValueError(f"--beta2 {self.beta2}: must be in (0, 1)")
-        if not 0 <= self.ema_decay < 1:
+        if self.ema_decay is not None and not 0 <= self.ema_decay < 1:
             raise ValueError(f"--ema_decay {self.ema_decay}: must be in [0, 1) (0 = no average)")
         for name in ("weight_decay", "grad_clip"):
             if not getattr(self, name) >= 0:
                 raise ValueError(f"--{name} {getattr(self, name)}: must be >= 0")
+
+    def ema_decay_for(self, train_tokens: int) -> float:
+        """--ema_decay, or, unset, its default for a training split of `train_tokens` tokens."""
+        if self.ema_decay is not None:
+            return self.ema_decay
+        epochs = self.max_iters * self.batch_size * self.block_size / max(1, train_tokens)
+        return DEFAULT_EMA_DECAY if epochs >= EMA_MIN_EPOCHS else 0.0
 
     def model_config(self, vocab_size: int) -> GPTConfig:
         return GPTConfig(vocab_size=vocab_size, **fields_of(self, ModelConfig))

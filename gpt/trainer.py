@@ -125,8 +125,9 @@ class Trainer:
         seed_everything(cfg.seed)  # every rank builds the same initial weights
         self.model = GPT(cfg.model_config(self.data.meta.vocab_size)).to(self.device)
         self.optimizer = build_optimizer(self.model, cfg, self.device)
-        self.average = WeightAverage(self.model, cfg.ema_decay) if cfg.ema_decay else None
-        """The weights that evaluation and the export use, when --ema_decay is set."""
+        decay = cfg.ema_decay_for(len(self.data.train))
+        self.average = WeightAverage(self.model, decay) if decay else None
+        """The weights that evaluation and the export use, when there is an average."""
         self.divergence = Divergence(self.device)
         self.state = TrainState()
         seed_everything(cfg.seed + world.rank)  # but draws its own dropout masks

@@ -9,7 +9,7 @@ import torch
 from safetensors.torch import load_file
 
 from gpt import checkpoint
-from gpt.config import GPTConfig
+from gpt.config import DEFAULT_EMA_DECAY, GPTConfig, TrainConfig
 from gpt.ema import WeightAverage
 from gpt.export import load_export
 from gpt.model import GPT
@@ -48,6 +48,18 @@ def test_the_average_keeps_the_tied_embedding_tied_and_trains_nothing() -> None:
     assert average.model.lm_head.weight is not model.lm_head.weight
     assert not any(p.requires_grad for p in average.model.parameters())
     assert not average.model.training
+
+
+def test_unset_the_average_is_on_for_a_run_that_passes_over_its_data_several_times() -> None:
+    cfg = TrainConfig()  # 600 steps of 12 x 64 tokens: 460,800 tokens
+    assert cfg.ema_decay_for(25_648) == DEFAULT_EMA_DECAY  # the default corpus: 18 times over
+    assert cfg.ema_decay_for(460_800 // 4) == DEFAULT_EMA_DECAY
+    assert cfg.ema_decay_for(460_800 // 4 + 1) == 0  # the plays: a third of one pass
+    assert cfg.ema_decay_for(1_418_109) == 0
+    assert TrainConfig(ema_decay=0.9).ema_decay_for(10**9) == 0.9
+    assert TrainConfig(ema_decay=0).ema_decay_for(100) == 0
+    with pytest.raises(ValueError, match=r"^--ema_decay 1"):
+        TrainConfig(ema_decay=1.0)
 
 
 @pytest.mark.parametrize("decay", [0.0, 1.0, -0.5])
