@@ -141,10 +141,12 @@ class GPTConfig(ModelConfig):
 
 # Warmup when --warmup_iters is unset, for runs of 400 steps or more (a quarter of shorter ones).
 DEFAULT_WARMUP_ITERS = 100
-# The weight average when --ema_decay is unset: this decay for a run that passes over its
-# training split at least EMA_MIN_EPOCHS times (bench/recipe_trials.md), else none.
+# The weight average when --ema_decay is unset: this decay for a run of at least EMA_MIN_STEPS
+# steps that passes over its training split at least EMA_MIN_EPOCHS times, else none
+# (bench/recipe_trials.md: it helped only there).
 DEFAULT_EMA_DECAY = 0.995
 EMA_MIN_EPOCHS = 4
+EMA_MIN_STEPS = 600  # three averaging horizons, 3 / (1 - DEFAULT_EMA_DECAY)
 
 
 @dataclass
@@ -184,9 +186,10 @@ class TrainConfig(ModelConfig, RunConfig):
     """Evaluate and export an exponential moving average of the weights with this decay per
     step, in [0, 1) (0: the weights as trained; training itself is the same either way,
     gpt/ema.py). Unset: 0.995 (about the last 200 steps) when the run passes over its training
-    split at least 4 times, where the last steps overfit and their average generalises better
-    (the default corpus: 18 times); else 0, as on a larger corpus the average lags behind a
-    model that is still learning (bench/recipe_trials.md)."""
+    split at least 4 times (the default corpus: 18) in at least 600 steps: there the validation
+    loss is flat over the last few hundred steps, which overfit, and their average generalises
+    better. Else 0: the average lags behind a model still learning, on a larger corpus or in a
+    shorter run (bench/recipe_trials.md)."""
     # reporting and checkpoints
     eval_interval: int = 250
     """Evaluate on val.bin every this many steps (and at the end)."""
@@ -256,7 +259,8 @@ class TrainConfig(ModelConfig, RunConfig):
         if self.ema_decay is not None:
             return self.ema_decay
         epochs = self.max_iters * self.batch_size * self.block_size / max(1, train_tokens)
-        return DEFAULT_EMA_DECAY if epochs >= EMA_MIN_EPOCHS else 0.0
+        on = epochs >= EMA_MIN_EPOCHS and self.max_iters >= EMA_MIN_STEPS
+        return DEFAULT_EMA_DECAY if on else 0.0
 
     def model_config(self, vocab_size: int) -> GPTConfig:
         return GPTConfig(vocab_size=vocab_size, **fields_of(self, ModelConfig))
