@@ -59,6 +59,7 @@ import torch
 
 from bench import texts, vs_nanogpt
 from bench.harness import SHARED, Result
+from gpt import checkpoint
 from gpt.config import CorpusConfig, GPTConfig, TrainConfig
 from gpt.data import eval_batches, eval_offsets
 from gpt.export import load_unpadded
@@ -157,7 +158,7 @@ def our_model(ckpt: Path) -> GPT:
     """The model of one of our checkpoints."""
     state = json.loads((ckpt / "state.json").read_text())
     model = GPT(GPTConfig(**state["model"]))
-    safetensors.torch.load_model(model, str(ckpt / "model.safetensors"))
+    safetensors.torch.load_model(model, str(checkpoint.evaluated_weights(ckpt)))
     return model
 
 

@@ -9,6 +9,8 @@ checkpoint, and a half-written one is never picked up. Each holds
   state.json         the trainer state (step, which is also the data position; elapsed time), the
                      config, and the identity of the data it was trained on
   rng.json           every rank's RNG states: torch (and CUDA), numpy, python
+  average.safetensors  the moving average of the weights (gpt/ema.py), if the run keeps one
+                     (--ema_decay): what it evaluates and exports
 """
 
 from __future__ import annotations
@@ -31,18 +33,23 @@ from gpt.errors import InputError, first_line
 from gpt.rundir import RunDir
 
 MODEL, OPTIMIZER, STATE, RNG = "model.safetensors", "optimizer.pt", "state.json", "rng.json"
-FILES = (MODEL, OPTIMIZER, STATE, RNG)
+FILES = (MODEL, OPTIMIZER, STATE, RNG)  # every checkpoint has these
+AVERAGE = "average.safetensors"  # and one of a run with a weight average, this
 _STEP_DIR = re.compile(r"^step-(\d+)$")
 
 
 def save(run: RunDir, step: int, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
-         state: dict[str, Any], rngs: list[dict[str, Any]], keep_last: int) -> Path:
-    """Write `ckpt/step-<step>/`, point LATEST at it, and drop all but the newest `keep_last`."""
+         state: dict[str, Any], rngs: list[dict[str, Any]], keep_last: int,
+         average: torch.nn.Module | None = None) -> Path:
+    """Write `ckpt/step-<step>/` (with the weight average `average`, if given), point LATEST at
+    it, and drop all but the newest `keep_last`."""
     dest = run.ckpt_step(step)
     what = f"checkpoint step {step}"
     with atomic.staged_dir(dest, what=what) as stage:
         # save_model, not save_file: the tied embedding and head share one tensor.
         safetensors.torch.save_model(model, str(stage / MODEL))
+        if average is not None:
+            safetensors.torch.save_model(average, str(stage / AVERAGE))
         # Into a Python file, not to a path: torch's own file writer reports a full volume as
         # "unexpected pos" and nothing more; Python's write raises the OSError it is.
         with open(stage / OPTIMIZER, "wb") as f:
@@ -107,8 +114,14 @@ def read_state(path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
 
 
 def load_weights(path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
-                 device: torch.device) -> None:
-    """Load model and optimizer state from checkpoint `path`, refusing anything but tensors."""
+                 device: torch.device, average: torch.nn.Module | None = None) -> None:
+    """Load model and optimizer state (and the weight average into `average`, if given) from
+    checkpoint `path`, refusing anything but tensors."""
+    if average is not None and not (path / AVERAGE).is_file():
+        raise InputError(
+            f"{path}: has no {AVERAGE}: it was trained without a weight average; pass "
+            "--ema_decay 0 to continue it, or --resume never to start over"
+        )
     try:
         opt_state = torch.load(path / OPTIMIZER, map_location=device, weights_only=True)
     except pickle.UnpicklingError as e:
@@ -122,17 +135,27 @@ def load_weights(path: Path, model: torch.nn.Module, optimizer: torch.optim.Opti
     except (RuntimeError, OSError, EOFError, ValueError) as e:
         raise InputError(f"{path / OPTIMIZER}: truncated or corrupt checkpoint file "
                          f"({first_line(e)})") from None
-    try:
-        safetensors.torch.load_model(model, str(path / MODEL), strict=True, device=str(device))
-    except (safetensors.SafetensorError, RuntimeError, OSError) as e:
-        raise InputError(f"{path / MODEL}: truncated or corrupt checkpoint file "
-                         f"({first_line(e)})") from None
+    for name, module in ((MODEL, model), (AVERAGE, average)):
+        if module is None:
+            continue
+        try:
+            safetensors.torch.load_model(module, str(path / name), strict=True,
+                                         device=str(device))
+        except (safetensors.SafetensorError, RuntimeError, OSError) as e:
+            raise InputError(f"{path / name}: truncated or corrupt checkpoint file "
+                             f"({first_line(e)})") from None
     try:
         optimizer.load_state_dict(opt_state)
     except (ValueError, KeyError) as e:
         raise InputError(
             f"{path / OPTIMIZER}: does not fit this model ({first_line(e)})"
         ) from None
+
+
+def evaluated_weights(path: Path) -> Path:
+    """The weights file of checkpoint `path` that the run evaluates and exports: the weight
+    average if the run keeps one, else the weights."""
+    return path / AVERAGE if (path / AVERAGE).is_file() else path / MODEL
 
 
 def rng_state(device: torch.device) -> dict[str, Any]:

@@ -148,6 +148,12 @@ class GPTConfig(ModelConfig):
 DROPOUT_REPEATED = 0.2
 # Warmup when --warmup_iters is unset, for runs of 400 steps or more (a quarter of shorter ones).
 DEFAULT_WARMUP_ITERS = 100
+# The weight average when --ema_decay is unset: this decay for a run of at least EMA_MIN_STEPS
+# steps that passes over its training split at least EMA_MIN_PASSES times, else none
+# (bench/recipe_trials.md: it helped only there).
+DEFAULT_EMA_DECAY = 0.995
+EMA_MIN_PASSES = 4
+EMA_MIN_STEPS = 600  # three averaging horizons, 3 / (1 - DEFAULT_EMA_DECAY)
 
 
 @dataclass
@@ -183,6 +189,14 @@ class TrainConfig(ModelConfig, RunConfig):
     """AdamW beta2; 0.99 suits small batches, 0.95 large ones."""
     grad_clip: float = 1.0
     """Clip the global gradient norm to this (0 = no clipping)."""
+    ema_decay: float | None = None
+    """Evaluate and export an exponential moving average of the weights with this decay per
+    step, in [0, 1) (0: the weights as trained; training itself is the same either way,
+    gpt/ema.py). Unset: 0.995 (about the last 200 steps) when the run passes over its training
+    split at least 4 times (the default corpus: 18) in at least 600 steps: there the validation
+    loss is flat over the last few hundred steps, which overfit, and their average generalises
+    better. Else 0: the average lags behind a model still learning, on a larger corpus or in a
+    shorter run (bench/recipe_trials.md)."""
     # reporting and checkpoints
     eval_interval: int = 250
     """Evaluate on val.bin every this many steps (and at the end)."""
@@ -241,9 +255,29 @@ class TrainConfig(ModelConfig, RunConfig):
             raise ValueError(f"--min_lr {self.min_lr}: must be in [0, --learning_rate]")
         if not 0 < self.beta2 < 1:
             raise ValueError(f"--beta2 {self.beta2}: must be in (0, 1)")
+        if self.ema_decay is not None and not 0 <= self.ema_decay < 1:
+            raise ValueError(f"--ema_decay {self.ema_decay}: must be in [0, 1) (0 = no average)")
         for name in ("weight_decay", "grad_clip"):
             if not getattr(self, name) >= 0:
                 raise ValueError(f"--{name} {getattr(self, name)}: must be >= 0")
+
+    def passes(self, train_tokens: int) -> float:
+        """How many times the run's tokens (max_iters x batch_size x block_size) cover a
+        training split of `train_tokens` tokens: what decides the unset dropout and average."""
+        return self.max_iters * self.batch_size * self.block_size / max(1, train_tokens)
+
+    def dropout_for(self, train_tokens: int) -> float:
+        """--dropout, or when unset, what it is for a training split of `train_tokens` tokens."""
+        if self.dropout is not None:
+            return self.dropout
+        return DROPOUT_REPEATED if self.passes(train_tokens) > 1 else 0.0
+
+    def ema_decay_for(self, train_tokens: int) -> float:
+        """--ema_decay, or when unset, what it is for a training split of `train_tokens` tokens."""
+        if self.ema_decay is not None:
+            return self.ema_decay
+        on = self.passes(train_tokens) >= EMA_MIN_PASSES and self.max_iters >= EMA_MIN_STEPS
+        return DEFAULT_EMA_DECAY if on else 0.0
 
     def model_config(self, vocab_size: int, train_tokens: int | None = None) -> GPTConfig:
         """The model this run trains on a training split of `train_tokens` tokens (None: the
@@ -251,13 +285,6 @@ class TrainConfig(ModelConfig, RunConfig):
         dropout = self.dropout if train_tokens is None else self.dropout_for(train_tokens)
         return GPTConfig(**{**fields_of(self, ModelConfig), "dropout": dropout},
                          vocab_size=vocab_size)
-
-    def dropout_for(self, train_tokens: int) -> float:
-        """--dropout, or when unset, what it is for a training split of `train_tokens` tokens."""
-        if self.dropout is not None:
-            return self.dropout
-        repeats = self.max_iters * self.batch_size * self.block_size > train_tokens
-        return DROPOUT_REPEATED if repeats else 0.0
 
 
 @dataclass

@@ -32,6 +32,7 @@ from gpt.config import TrainConfig
 from gpt.data import Batches, TokenData, eval_batches, eval_offsets
 from gpt.distributed import World
 from gpt.divergence import Divergence
+from gpt.ema import WeightAverage
 from gpt.errors import InputError
 from gpt.export import save_export
 from gpt.model import GPT
@@ -125,6 +126,9 @@ class Trainer:
         model_config = cfg.model_config(self.data.meta.vocab_size, self.data.meta.train_tokens)
         self.model = GPT(model_config).to(self.device)
         self.optimizer = build_optimizer(self.model, cfg, self.device)
+        decay = cfg.ema_decay_for(self.data.meta.train_tokens)
+        self.average = WeightAverage(self.model, decay) if decay else None
+        """The weights that evaluation and the export use, when there is an average."""
         self.divergence = Divergence(self.device)
         self.state = TrainState()
         seed_everything(cfg.seed + world.rank)  # but draws its own dropout masks
@@ -180,7 +184,8 @@ class Trainer:
             return None
         state, rngs = checkpoint.read_state(latest)
         self._check_compatible(latest, state)
-        checkpoint.load_weights(latest, self.model, self.optimizer, self.device)
+        average = self.average.model if self.average else None
+        checkpoint.load_weights(latest, self.model, self.optimizer, self.device, average)
         self.state = TrainState(**state["train"])
         # A rank the saved run did not have keeps its fresh seed.
         if str(self.world.rank) in rngs:
@@ -299,6 +304,8 @@ class Trainer:
         self.optimizer.found_inf = self.divergence.record(st.step + 1, total / accum, norm)
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
+        if self.average:
+            self.average.update(self.model, st.step + 1)
         return total / accum
 
     def _progress(self, loss: torch.Tensor, lr: float) -> dict[str, Any]:
@@ -324,10 +331,16 @@ class Trainer:
         )
         return record
 
+    @property
+    def eval_model(self) -> GPT:
+        """The model evaluation and the export see: the weight average, or the weights."""
+        return self.average.model if self.average else self.model
+
     @torch.no_grad()
     def evaluate(self) -> dict[str, float]:
         """Mean validation loss over the fixed evaluation windows, split over the ranks."""
-        self.model.eval()
+        model = self.eval_model
+        model.eval()
         mine = self.eval_windows[self.world.rank :: self.world.size]
         # Summed on the device (in float64, as a Python float would be): one wait at the end,
         # not one per batch.
@@ -335,10 +348,10 @@ class Trainer:
         for x, y in eval_batches(self.data.val, mine, self.cfg.block_size, self.micro_batch,
                                  self.device):
             with self._autocast():
-                _, loss = self.model(x, y)
+                _, loss = model(x, y)
             total += loss.double() * len(x)
         total, count = self.world.sum([total.item(), len(mine)])
-        self.model.train()
+        self.model.train()  # the average stays in eval mode: it never trains
         val = total / count
         bpb = self.data.meta.bits_per_byte(val)
         self.log(f"step {self.state.step}: val loss {val:.4f} nats/token, {bpb:.3f} bits/byte")
@@ -356,14 +369,15 @@ class Trainer:
                 "world_size": self.world.size,
             }
             path = checkpoint.save(self.run, self.state.step, self.model, self.optimizer, state,
-                                   rngs, self.cfg.keep_last)
+                                   rngs, self.cfg.keep_last,
+                                   self.average.model if self.average else None)
             self.log(f"saved checkpoint {path.name}")
         self._saved_at = time.perf_counter()
         self._mark = (self._saved_at, self.state.step)
 
     def _finish(self, val: dict[str, float]) -> None:
         cfg, st, run = self.cfg, self.state, self.run
-        save_export(self.model, self.data.tokenizer, run.model_dir)
+        save_export(self.eval_model, self.data.tokenizer, run.model_dir)
         stopped_by = "max_iters" if st.step >= cfg.max_iters else "time_budget"
         settings = {k: v for k, v in vars(cfg).items() if k not in ("root", "run")}
         report.write(run, report.Summary(

@@ -75,7 +75,7 @@ def test_exact_resume_equals_a_straight_run(root: Path) -> None:
     Dropout is on, so the resumed run must also restore the RNG states exactly.
     """
     flags = ["--max_iters", "20", "--ckpt_interval", "10", "--keep_last", "5",
-             "--eval_interval", "5", "--dropout", "0.1"]
+             "--eval_interval", "5", "--dropout", "0.1", "--ema_decay", "0.9"]
     straight = write_data(root, "straight")
     assert train(root, "straight", *flags) == 0
     # "stop after 10": the state a run killed right after checkpoint step-10 leaves behind
@@ -90,11 +90,12 @@ def test_exact_resume_equals_a_straight_run(root: Path) -> None:
     assert [r["step"] for r in b] == list(range(1, 21))  # steps after 10 logged once, not twice
     losses = [[(r["loss"], r.get("val_loss")) for r in recs] for recs in (a, b)]
     assert losses[0] == losses[1]
-    wa = load_file(straight.ckpt_step(20) / checkpoint.MODEL)
-    wb = load_file(resumed / "ckpt" / "step-20" / checkpoint.MODEL)
-    assert wa.keys() == wb.keys()
-    for name in wa:
-        assert torch.equal(wa[name], wb[name]), name
+    for weights in (checkpoint.MODEL, checkpoint.AVERAGE):  # the weight average resumes too
+        wa = load_file(straight.ckpt_step(20) / weights)
+        wb = load_file(resumed / "ckpt" / "step-20" / weights)
+        assert wa.keys() == wb.keys()
+        for name in wa:
+            assert torch.equal(wa[name], wb[name]), (weights, name)
 
 
 def test_resume_modes(root: Path, capsys) -> None:
