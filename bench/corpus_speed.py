@@ -79,20 +79,32 @@ def source_text(size: int, folder: Path) -> Path:
     return path
 
 
+# Runs argv[2:] and writes its ru_maxrss (KB) to argv[1]. A child's ru_maxrss counts the memory
+# of the process it was spawned from (Linux keeps the high-water mark of the address space exec
+# replaces, the parent's under vfork): spawned from this small interpreter, not from a large
+# parent such as a test session, it measures the child alone.
+SPAWN = """
+import os, subprocess, sys
+proc = subprocess.Popen(sys.argv[2:])
+_, status, usage = os.wait4(proc.pid, 0)
+with open(sys.argv[1], "w") as f:
+    f.write(str(usage.ru_maxrss))
+sys.exit(os.waitstatus_to_exitcode(status))
+"""
+
+
 def child(cmd: list[str]) -> tuple[float, float, str]:
     """Run `cmd`; its wall seconds, peak resident MB (ru_maxrss) and stdout."""
     env = {**os.environ, "PYTHONPATH": str(PROJECT)}
-    with tempfile.TemporaryFile() as out:
+    with tempfile.TemporaryFile() as out, tempfile.NamedTemporaryFile("r") as rss:
         t0 = time.perf_counter()
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.PIPE, env=env, cwd=PROJECT)
-        _, status, usage = os.wait4(proc.pid, 0)
+        proc = subprocess.run([sys.executable, "-c", SPAWN, rss.name, *cmd], stdout=out,
+                              stderr=subprocess.PIPE, env=env, cwd=PROJECT)
         seconds = time.perf_counter() - t0
-        proc.returncode = os.waitstatus_to_exitcode(status)
         if proc.returncode:
-            raise RuntimeError(f"{cmd[:4]} failed: {proc.stderr.read().decode()[-2000:]}")
-        proc.stderr.close()
+            raise RuntimeError(f"{cmd[:4]} failed: {proc.stderr.decode()[-2000:]}")
         out.seek(0)
-        return seconds, usage.ru_maxrss * 1024 / 1e6, out.read().decode()
+        return seconds, int(rss.read()) * 1024 / 1e6, out.read().decode()
 
 
 def run(quick: bool, large: bool = False, tokenizers: tuple[str, ...] = ("gpt2", "char")) -> Result:

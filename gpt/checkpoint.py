@@ -152,10 +152,15 @@ def load_weights(path: Path, model: torch.nn.Module, optimizer: torch.optim.Opti
         ) from None
 
 
+def has_average(path: Path) -> bool:
+    """Whether checkpoint `path` is of a run that keeps a weight average."""
+    return (path / AVERAGE).is_file()
+
+
 def evaluated_weights(path: Path) -> Path:
     """The weights file of checkpoint `path` that the run evaluates and exports: the weight
     average if the run keeps one, else the weights."""
-    return path / AVERAGE if (path / AVERAGE).is_file() else path / MODEL
+    return path / AVERAGE if has_average(path) else path / MODEL
 
 
 def rng_state(device: torch.device) -> dict[str, Any]:

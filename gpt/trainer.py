@@ -28,7 +28,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from gpt import checkpoint, distributed, faults, report
 from gpt.atomic import append_jsonl
-from gpt.config import TrainConfig
+from gpt.config import DEFAULT_EMA_DECAY, TrainConfig
 from gpt.data import Batches, TokenData, eval_batches, eval_offsets
 from gpt.distributed import World
 from gpt.divergence import Divergence
@@ -124,9 +124,19 @@ class Trainer:
 
         seed_everything(cfg.seed)  # every rank builds the same initial weights
         model_config = cfg.model_config(self.data.meta.vocab_size, self.data.meta.train_tokens)
+        decay = cfg.ema_decay_for(self.data.meta.train_tokens)
+        # What an unset --dropout or --ema_decay resolves to is decided at a run's start: a
+        # resumed run keeps it, even where a raised --max_iters now passes over the text more.
+        latest = checkpoint.find_latest(self.run) if cfg.resume != "never" else None
+        if latest is not None:
+            saved = checkpoint.read_state(latest)[0].get("model", {})
+            if cfg.dropout is None:
+                dropout = saved.get("dropout", model_config.dropout)
+                model_config = dataclasses.replace(model_config, dropout=dropout)
+            if cfg.ema_decay is None:
+                decay = DEFAULT_EMA_DECAY if checkpoint.has_average(latest) else 0.0
         self.model = GPT(model_config).to(self.device)
         self.optimizer = build_optimizer(self.model, cfg, self.device)
-        decay = cfg.ema_decay_for(self.data.meta.train_tokens)
         self.average = WeightAverage(self.model, decay) if decay else None
         """The weights that evaluation and the export use, when there is an average."""
         self.divergence = Divergence(self.device)

@@ -7,6 +7,7 @@ re-check: the machine, the settings, and a median and spread for every case.
 from __future__ import annotations
 
 import json
+import sys
 
 import pytest
 
@@ -211,6 +212,15 @@ def test_the_corpus_benchmark_measures_speed_and_peak_memory_next_to_raw_tiktoke
     for row in result.rows:
         assert row["bytes"] > 250_000 and row["MB/s"] > 0 and row["raw tiktoken MB/s"] > 0
         assert 10 < row["peak RSS MB"] < 600 and row["vs raw"].endswith("x")
+
+
+def test_a_childs_peak_memory_is_its_own_not_that_of_the_process_it_was_spawned_from():
+    from bench.corpus_speed import child
+
+    ballast = b"\x01" * (700 << 20)  # a parent as large as a long test session
+    _, rss, out = child([sys.executable, "-c", "print('ok')"])
+    assert out == "ok\n" and 1 < rss < 100, rss
+    del ballast
 
 
 def test_stop_checkpoint_times_the_checkpoint_a_sigterm_writes(monkeypatch):

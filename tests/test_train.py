@@ -271,6 +271,11 @@ def test_unset_dropout_is_on_only_where_the_run_sees_its_text_again(root: Path, 
     once = train_tokens // (8 * 16)  # TINY: 8 x 16 tokens a step
     assert train(root, "r", "--max_iters", str(once), "--eval_interval", "1000") == 0
     assert "dropout 0 |" in capsys.readouterr().out
+    # Raised --max_iters, resumed: what the run started with holds (a checkpoint of another
+    # model would be refused), the average too.
+    assert train(root, "r", "--max_iters", str(once + 1), "--eval_interval", "1000") == 0
+    out = capsys.readouterr().out
+    assert "resumed from" in out and "dropout 0 |" in out
     assert train(root, "r", "--max_iters", str(once + 1), "--eval_interval", "1000",
                  "--resume", "never") == 0
     assert "dropout 0.2 |" in capsys.readouterr().out
