@@ -117,7 +117,7 @@ def load_weights(path: Path, model: torch.nn.Module, optimizer: torch.optim.Opti
                  device: torch.device, average: torch.nn.Module | None = None) -> None:
     """Load model and optimizer state (and the weight average into `average`, if given) from
     checkpoint `path`, refusing anything but tensors."""
-    if average is not None and not (path / AVERAGE).is_file():
+    if average is not None and not has_average(path):
         raise InputError(
             f"{path}: has no {AVERAGE}: it was trained without a weight average; pass "
             "--ema_decay 0 to continue it, or --resume never to start over"

@@ -20,6 +20,7 @@ import shlex
 import shutil
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -128,8 +129,9 @@ class Trainer:
         # What an unset --dropout or --ema_decay resolves to is decided at a run's start: a
         # resumed run keeps it, even where a raised --max_iters now passes over the text more.
         latest = checkpoint.find_latest(self.run) if cfg.resume != "never" else None
+        saved_state = checkpoint.read_state(latest) if latest is not None else None
         if latest is not None:
-            saved = checkpoint.read_state(latest)[0].get("model", {})
+            saved = saved_state[0].get("model", {})
             if cfg.dropout is None:
                 dropout = saved.get("dropout", model_config.dropout)
                 model_config = dataclasses.replace(model_config, dropout=dropout)
@@ -142,7 +144,7 @@ class Trainer:
         self.divergence = Divergence(self.device)
         self.state = TrainState()
         seed_everything(cfg.seed + world.rank)  # but draws its own dropout masks
-        self.resumed_from = self._restore_or_start()
+        self.resumed_from = self._restore_or_start(latest, saved_state)
 
         # What runs the training step: maybe compiled, then wrapped by DDP. self.model stays the
         # plain module for evaluation, checkpoints and export.
@@ -181,10 +183,12 @@ class Trainer:
 
     # -- start or resume ---------------------------------------------------------------------
 
-    def _restore_or_start(self) -> str | None:
-        """Load ckpt/LATEST if --resume allows and there is one; return its name."""
+    def _restore_or_start(
+        self, latest: Path | None, saved_state: tuple[dict[str, Any], dict[str, Any]] | None
+    ) -> str | None:
+        """Load `latest` (ckpt/LATEST, if --resume allows and there is one) with its read
+        `saved_state`; return its name."""
         cfg, run = self.cfg, self.run
-        latest = checkpoint.find_latest(run) if cfg.resume != "never" else None
         if latest is None:
             if cfg.resume == "require":
                 raise InputError(f"--resume require: no checkpoint to resume in {run.ckpt_dir}")
@@ -192,7 +196,7 @@ class Trainer:
                 checkpoint.clear(run)
                 run.train_jsonl.unlink(missing_ok=True)
             return None
-        state, rngs = checkpoint.read_state(latest)
+        state, rngs = saved_state
         self._check_compatible(latest, state)
         average = self.average.model if self.average else None
         checkpoint.load_weights(latest, self.model, self.optimizer, self.device, average)
