@@ -35,19 +35,22 @@ def cut_at(chars: int, val_fraction: float) -> int:
     return int(chars * (1 - val_fraction))
 
 
+# UTF-8's continuation bytes: a character is one byte that is not one of these.
+_CONTINUATION = bytes(range(0x80, 0xC0))
+
+
 class TextFile:
     """The cleaned text as it is written: its sha256, characters and bytes, counted on the way."""
 
     def __init__(self, f: BinaryIO) -> None:
         self.f, self.sha256, self.chars, self.nbytes = f, hashlib.sha256(), 0, 0
 
-    def write(self, text: str) -> int:
-        data = text.encode("utf-8")
+    def write(self, data: bytes) -> None:
+        """Append `data`, UTF-8 text (a piece may end inside a character the next one ends)."""
         self.f.write(data)
         self.sha256.update(data)
-        self.chars += len(text)
+        self.chars += len(data) if data.isascii() else len(data.translate(None, _CONTINUATION))
         self.nbytes += len(data)
-        return len(data)
 
 
 def main(cfg: CorpusConfig) -> None:

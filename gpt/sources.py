@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from gpt.atomic import writing
-from gpt.cleaning import emit, normalised, scan
+from gpt.cleaning import emit, scan
 from gpt.errors import InputError
 from gpt.progress import Progress
 
@@ -111,11 +111,11 @@ def canonical(source: str) -> str:
 
 
 def read_source(
-    source: str, dl: Download, scratch: Path, write: Callable[[str], int],
+    source: str, dl: Download, scratch: Path, write: Callable[[bytes], object],
     progress: Callable[[int], None] = lambda n: None,
 ) -> list[Document]:
-    """Clean the documents of `source` in order, writing their kept text through `write` (which
-    returns the UTF-8 bytes it wrote), one blank line ("\\n\\n") between documents; returns
+    """Clean the documents of `source` in order, writing their kept text through `write` (as
+    UTF-8 bytes), one blank line ("\\n\\n") between documents; returns
     what was read of each. A URL is downloaded into `scratch` first. `progress` hears of every
     chunk of raw bytes cleaned."""
     kind = kind_of(source)
@@ -142,14 +142,14 @@ def read_source(
     left = dl.max_bytes  # the cap holds for the whole directory, growing files too
     for p in files:
         if docs:
-            write("\n\n")
+            write(b"\n\n")
         docs.append(read_document(str(p.resolve()), p, left, write, progress))
         left -= docs[-1].raw_bytes
     return docs
 
 
 def read_document(
-    origin: str, path: Path, max_bytes: int, write: Callable[[str], int],
+    origin: str, path: Path, max_bytes: int, write: Callable[[bytes], object],
     progress: Callable[[int], None] = lambda n: None,
 ) -> Document:
     """Check and clean the file at `path` (at most `max_bytes`), writing the kept text."""
@@ -163,7 +163,7 @@ def read_document(
             progress(len(chunk))
             yield chunk
 
-    kept = emit(origin, scanned, normalised(again(), {}), write)  # bytes
+    kept = emit(origin, scanned, again(), write)  # bytes
     return Document(origin, scanned.raw_bytes, scanned.raw_sha256, kept, scanned.removed)
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import random
+import re
 import socket
 import subprocess
 import sys
@@ -17,6 +19,8 @@ from pathlib import Path
 
 import pytest
 
+import gpt.cleaning
+import gpt.sources
 from gpt.cleaning import clean
 from gpt.errors import InputError
 from gpt.sources import Document, Download, canonical, fetch_url, kind_of, read_document
@@ -80,19 +84,13 @@ def server() -> Iterator[str]:
 
 def read_source(source: str, dl: Download) -> list[tuple[Document, str]]:
     """Each document of `source` with its cleaned text (read_source streams them into one)."""
-    texts: list[str] = []
-
-    def write(text: str) -> int:
-        texts.append(text)
-        return len(text.encode())
-
+    pieces: list[bytes] = []
     with tempfile.TemporaryDirectory() as scratch:
-        docs = stream_source(source, dl, Path(scratch), write)
-    whole, out, at = "".join(texts), [], 0
+        docs = stream_source(source, dl, Path(scratch), pieces.append)
+    whole, out, at = b"".join(pieces), [], 0
     for doc in docs:
-        text = whole[at:].encode()[: doc.kept_bytes].decode()
-        out.append((doc, text))
-        at += len(text) + 2  # the blank line between documents
+        out.append((doc, whole[at : at + doc.kept_bytes].decode()))
+        at += doc.kept_bytes + 2  # the blank line between documents
     return out
 
 
@@ -100,9 +98,9 @@ def to_document(origin: str, raw: bytes, folder: Path) -> str:
     """The cleaned text of a document of bytes `raw`."""
     path = folder / "doc"
     path.write_bytes(raw)
-    texts: list[str] = []
-    read_document(origin, path, 1 << 20, lambda t: texts.append(t) or len(t.encode()))
-    return "".join(texts)
+    pieces: list[bytes] = []
+    read_document(origin, path, 1 << 20, pieces.append)
+    return b"".join(pieces).decode()
 
 
 def fetched(url: str, dl: Download, folder: Path) -> bytes:
@@ -134,6 +132,70 @@ def test_bom_and_windows_newlines_are_normalised() -> None:
 
 def test_text_without_markers_is_kept_as_is() -> None:
     assert clean("  Just a text.\n\n") == ("  Just a text.\n\n", {})
+
+
+def in_memory_cleaning(text: str) -> tuple[str, dict[str, int]]:
+    """Cleaning as the in-memory stage did it, on the whole text at once (commit a355c1e,
+    gpt/sources.py `clean`): the reference for the streamed cleaning."""
+    removed: dict[str, int] = {}
+    if text.startswith("\ufeff"):
+        text = text[1:]
+        removed["bom"] = 1
+    crlf = text.count("\r\n")
+    text = text.replace("\r\n", "\n")
+    cr = text.count("\r")
+    text = text.replace("\r", "\n")
+    if crlf or cr:
+        removed["newlines_normalised"] = crlf + cr
+    marker = r"^\*{3}\s*%s OF (?:THE |THIS )?PROJECT GUTENBERG.*$"
+    start = re.search(marker % "START", text, re.I | re.M)
+    end = re.search(marker % "END", text, re.I | re.M)
+    if start or end:
+        lo = start.end() if start else 0
+        hi = end.start() if end and end.start() >= lo else len(text)
+        removed["gutenberg_header_chars"] = lo
+        removed["gutenberg_footer_chars"] = len(text) - hi
+        body = text[lo:hi]
+        text = body.strip()
+        removed["edge_whitespace_chars"] = len(body) - len(text)
+    return text, removed
+
+
+# Lines that exercise the marker search where chunks and long lines cut it.
+LINES = [
+    "A plain line of the book.", "", "   ", "*** START OF THE PROJECT GUTENBERG EBOOK X ***",
+    "*** END OF THE PROJECT GUTENBERG EBOOK X ***", "***", "*** ", "START OF THIS PROJECT "
+    "GUTENBERG EBOOK", "END OF THE PROJECT GUTENBERG", "an * asterisk", "not *** START OF THE "
+    "PROJECT GUTENBERG", "x" * 100, "caf\u00e9 \u20ac \u65e5\u672c\U0001f600",
+    "*** START OF THE PROJECT GUTENBERG EBOOK " + "LONG TITLE " * 10 + "***",
+]
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_streamed_cleaning_equals_cleaning_the_whole_text(
+    seed: int, tmp_path: Path, monkeypatch
+) -> None:
+    """Documents read in chunks of 1 to 64 bytes, with lines longer than 40 characters searched
+    in pieces (4 MB in use; a marker's words are shorter, so a cut never splits them), are
+    cleaned exactly as the whole text at once: markers split across chunks and long lines, a
+    "***" whose words follow on a later line, CRLF split between chunks, a BOM, a document with
+    nothing to clean (copied byte for byte)."""
+    rng = random.Random(seed)
+    lines = rng.choices(LINES, k=rng.randint(1, 30))
+    text = rng.choice(["\n", "\r\n", "\r"] if seed % 4 else ["\n"]).join(lines)
+    text = ("\ufeff" if seed % 5 == 1 else "") + text + rng.choice(["", "\n"])
+    monkeypatch.setattr(gpt.cleaning, "LONG_LINE", 40)
+    expected, removed = in_memory_cleaning(text)
+    for chunk in (1, 2, 3, 7, 64):
+        monkeypatch.setattr(gpt.sources, "CHUNK", chunk)
+        if expected.strip():
+            got = to_document("doc", text.encode(), tmp_path)
+            assert (got, seed, chunk) == (expected, seed, chunk)
+            [(doc, _)] = read_source(str(tmp_path / "doc"), FAST)
+            assert doc.removed == removed
+        else:
+            with pytest.raises(InputError, match="no text left after cleaning"):
+                to_document("doc", text.encode(), tmp_path)
 
 
 def test_embedded_default_needs_nothing_and_is_unchanged(shared: Path) -> None:
