@@ -6,8 +6,10 @@ bytes over seconds, start-up included) and os.wait4's ru_maxrss its peak residen
 tiktoken is `encode_ordinary_batch(..., num_threads=cores)` over the same file, also in a child,
 timed over the encoding alone (the text read in 64 MB pieces cut at a newline, each encoded in
 1 MB chunks): the speed the stage aims at (goal: at least 0.8x, in at most ~600 MB). This
-machine's speed wanders, so raw tiktoken runs before and after each size's cases, and the ratio
-is against the mean of the two.
+machine's speed wanders by a fifth within minutes, so each size runs in rounds (raw tiktoken,
+then every case; three rounds where a run takes seconds, one at 2 GB) with raw tiktoken once
+more at the end, and each case's median is compared with raw tiktoken's median; the peak
+memory is the last round's.
 
 The 100 MB and 2 GB texts are the Shakespeare plays repeated, written to a temporary directory
 (the 2 GB one only with --large: `python -m bench.corpus_speed --large`, not in CI).
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -107,47 +110,63 @@ def child(cmd: list[str]) -> tuple[float, float, str]:
         return seconds, int(rss.read()) * 1024 / 1e6, out.read().decode()
 
 
-def run(quick: bool, large: bool = False, tokenizers: tuple[str, ...] = ("gpt2", "char")) -> Result:
+def run(
+    quick: bool, large: bool = False, tokenizers: tuple[str, ...] = ("gpt2", "char"),
+    rounds: int = 0,
+) -> Result:
+    """`rounds` > 0 runs every size that many rounds (default: `rounds_for`)."""
     sizes = ["5 MB"] if quick else ["5 MB", "100 MB"] + (["2 GB"] if large else [])
     result = Result(
         "corpus",
-        {"sizes": sizes, "source": "the Shakespeare plays, repeated", "cores": os.cpu_count()},
+        {"sizes": sizes, "source": "the Shakespeare plays, repeated", "cores": os.cpu_count(),
+         "rounds": {label: rounds or rounds_for(label, quick) for label in sizes}},
         ["size", "tokenizer", "compact", "seconds", "MB/s", "peak RSS MB", "raw tiktoken MB/s",
          "vs raw"],
     )
+    cases = [(t, c) for t, c in CASES
+             if t in tokenizers and not (quick and t == "gpt2" and not c)]
     with tempfile.TemporaryDirectory() as tmp:
         for label in sizes:
             folder = Path(tmp) / label.replace(" ", "")
             folder.mkdir()
             path = source_text(SIZES[label], folder)
             nbytes = path.stat().st_size
-            raw_before, raw_rss = raw_tiktoken(path, label)
-            rows = []
-            for tokenizer, compact in CASES:
-                if tokenizer not in tokenizers or (quick and tokenizer == "gpt2" and not compact):
-                    continue
-                seconds, rss, _ = child(
-                    [sys.executable, "-m", "gpt", "load-corpus", "--root", str(folder / "root"),
-                     "--run", f"{tokenizer}-{compact}", "--source", str(path),
-                     "--tokenizer", tokenizer, "--compact", str(compact).lower(),
-                     "--block_size", "64"]
-                )
-                rows.append({
+            # Rounds of raw tiktoken then every case, and raw tiktoken once more at the end:
+            # the machine's speed drifts over minutes, and each side sees the same drift.
+            raws, rss, seconds = [], {}, {case: [] for case in cases}
+            for _ in range(rounds or rounds_for(label, quick)):
+                raws.append(raw_tiktoken(path, label)[0])
+                for tokenizer, compact in cases:
+                    run_dir = f"{tokenizer}-{compact}-{len(raws)}"
+                    took, rss[tokenizer, compact], _ = child(
+                        [sys.executable, "-m", "gpt", "load-corpus", "--root",
+                         str(folder / "root"), "--run", run_dir, "--source", str(path),
+                         "--tokenizer", tokenizer, "--compact", str(compact).lower(),
+                         "--block_size", "64"]
+                    )
+                    seconds[tokenizer, compact].append(took)
+                    print(f"bench: corpus {label} {tokenizer} compact={compact}: {took:.2f} s",
+                          flush=True)
+                    shutil.rmtree(folder / "root" / run_dir)
+            raws.append(raw_tiktoken(path, label)[0])
+            raw = Stats(raws).median
+            for tokenizer, compact in cases:
+                took = Stats(seconds[tokenizer, compact])
+                mbps = nbytes / 1e6 / took.median
+                result.rows.append({
                     "size": label, "bytes": nbytes, "tokenizer": tokenizer, "compact": compact,
-                    "seconds": fmt_stats(Stats([seconds]), " s"),
-                    "MB/s": round(nbytes / 1e6 / seconds, 2), "peak RSS MB": round(rss),
-                    "raw_peak_rss_mb": round(raw_rss),
-                    "load_avg_after": round(os.getloadavg()[0], 2),
+                    "seconds": fmt_stats(took, " s"), "seconds_each": took.values,
+                    "MB/s": round(mbps, 2), "peak RSS MB": round(rss[tokenizer, compact]),
+                    "raw tiktoken MB/s": round(raw, 2),
+                    "raw_mb_s_each": [round(r, 2) for r in raws],
+                    "vs raw": f"{mbps / raw:.2f}x",
                 })
-                print(f"bench: corpus {rows[-1]}", flush=True)
-            raw_after, _ = raw_tiktoken(path, label)
-            raw = (raw_before + raw_after) / 2
-            for row in rows:
-                row.update({"raw tiktoken MB/s": round(raw, 2),
-                            "raw_mb_s_before_after": [round(raw_before, 2), round(raw_after, 2)],
-                            "vs raw": f"{row['MB/s'] / raw:.2f}x"})
-            result.rows += rows
     return result
+
+
+def rounds_for(label: str, quick: bool) -> int:
+    """Runs of each case: the median of three where a run takes seconds, one at 2 GB."""
+    return 1 if quick or label == "2 GB" else 3
 
 
 def raw_tiktoken(path: Path, label: str) -> tuple[float, float]:
@@ -163,8 +182,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--quick", action="store_true", help="5 MB only")
     parser.add_argument("--large", action="store_true", help="add the 2 GB case (minutes)")
     parser.add_argument("--tokenizers", default="gpt2,char", help="comma-separated")
+    parser.add_argument("--rounds", type=int, default=0,
+                        help="rounds at every size (default: 3, 1 at 2 GB and with --quick)")
     args = parser.parse_args(argv)
-    result = run(args.quick, args.large, tuple(args.tokenizers.split(",")))
+    result = run(args.quick, args.large, tuple(args.tokenizers.split(",")), args.rounds)
     result.settings["quick"] = args.quick
     print(result.markdown())
     print(f"bench: wrote {result.write()}")
