@@ -91,7 +91,7 @@ REFERENCE = {**BABY_GPT, "time_budget": 0, **vs_nanogpt.GPT2_CHOICES}
 # timed nor used, except as a cross-check of ours (`own_val_bpb`).
 NANOGPT_EVAL_ITERS = 20
 NANOGPT_VAL_LINE = re.compile(r"^step (\d+): train loss [\d.]+, val loss ([\d.]+)")
-CHECKPOINTS = 20  # evaluation points per run of ours
+CHECKPOINTS = 40  # evaluation points per run of ours (every 15 of 600 steps: a tight upper bound)
 # Validation text per evaluation, at most: what 200 batches of the baby GPT's 12 x 64
 # characters cover, so every tokenizer is scored on about the same text.
 EVAL_BYTES = 200 * 12 * 64
