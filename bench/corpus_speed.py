@@ -6,7 +6,7 @@ bytes over seconds, start-up included) and os.wait4's ru_maxrss its peak residen
 tiktoken is `encode_ordinary_batch(..., num_threads=cores)` over the same file, also in a child,
 timed over the encoding alone (the text read in 64 MB pieces cut at a newline, each encoded in
 1 MB chunks): the speed the stage aims at (goal: at least 0.8x, in at most ~600 MB). This
-machine's speed wanders by a fifth within minutes, so each size runs in rounds (raw tiktoken,
+machine's speed wanders by a quarter between runs, so each size runs in rounds (raw tiktoken,
 then every case; three rounds where a run takes seconds, one at 2 GB) with raw tiktoken once
 more at the end, and each case's median is compared with raw tiktoken's median; the peak
 memory is the last round's.
@@ -133,9 +133,11 @@ def run(
             nbytes = path.stat().st_size
             # Rounds of raw tiktoken then every case, and raw tiktoken once more at the end:
             # the machine's speed drifts over minutes, and each side sees the same drift.
-            raws, rss, seconds = [], {}, {case: [] for case in cases}
+            raws, raw_rss, rss, seconds = [], [], {}, {case: [] for case in cases}
             for _ in range(rounds or rounds_for(label, quick)):
-                raws.append(raw_tiktoken(path, label)[0])
+                mbps, peak = raw_tiktoken(path, label)
+                raws.append(mbps)
+                raw_rss.append(peak)
                 for tokenizer, compact in cases:
                     run_dir = f"{tokenizer}-{compact}-{len(raws)}"
                     took, rss[tokenizer, compact], _ = child(
@@ -148,7 +150,9 @@ def run(
                     print(f"bench: corpus {label} {tokenizer} compact={compact}: {took:.2f} s",
                           flush=True)
                     shutil.rmtree(folder / "root" / run_dir)
-            raws.append(raw_tiktoken(path, label)[0])
+            mbps, peak = raw_tiktoken(path, label)
+            raws.append(mbps)
+            raw_rss.append(peak)
             raw = Stats(raws).median
             for tokenizer, compact in cases:
                 took = Stats(seconds[tokenizer, compact])
@@ -159,6 +163,7 @@ def run(
                     "MB/s": round(mbps, 2), "peak RSS MB": round(rss[tokenizer, compact]),
                     "raw tiktoken MB/s": round(raw, 2),
                     "raw_mb_s_each": [round(r, 2) for r in raws],
+                    "raw_peak_rss_mb": round(max(raw_rss)),
                     "vs raw": f"{mbps / raw:.2f}x",
                 })
     return result

@@ -14,8 +14,8 @@ Train is the text's first `cut` characters, validation the rest, each tokenized 
   (`_sample_counts`: VOCAB_SAMPLE_BYTES in slices spread evenly over it): the cap keeps only the
   most frequent tokens, which a sample of millions of tokens ranks as the whole text would, and
   one pass then encodes the text with the fitted vocabulary itself (tiktoken over the kept
-  tokens, faster than GPT-2's). Exact counts would cost a second pass over every id (2 GB,
-  compacted: 0.65x raw tiktoken's speed before, 0.75x now).
+  tokens, faster than GPT-2's). Exact counts would cost a second pass over every id (the stage
+  at 2 GB, compacted: 0.65x raw tiktoken's speed with them, 0.95x now; docs/performance.md).
 - char: a first pass counts the characters (the vocabulary), a second writes their ids.
 """
 

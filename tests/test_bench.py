@@ -212,6 +212,7 @@ def test_the_corpus_benchmark_measures_speed_and_peak_memory_next_to_raw_tiktoke
     for row in result.rows:
         assert row["bytes"] > 250_000 and row["MB/s"] > 0 and row["raw tiktoken MB/s"] > 0
         assert 10 < row["peak RSS MB"] < 600 and row["vs raw"].endswith("x")
+        assert row["raw_peak_rss_mb"] > 10
 
 
 def test_a_childs_peak_memory_is_its_own_not_that_of_the_process_it_was_spawned_from():
