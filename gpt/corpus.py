@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import json
 import os
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -147,23 +148,42 @@ def download_of(cfg: CorpusConfig) -> Download:
 
 
 def up_to_date(rd: RunDir, inputs: CorpusInputs, overwrite: bool) -> bool:
-    """True if the run already holds data from exactly these inputs; refuse other inputs."""
+    """True if the run already holds data from exactly these inputs; refuse other inputs.
+
+    What an interrupted write left (data/ renamed into place, corpus/ not yet, or still an
+    earlier input's) is written again when the inputs are the same: that is the same command
+    run again after a kill, and nothing of value is there to lose.
+    """
     if not rd.meta_json.exists():
         return False
     old = DataMeta.read_raw(rd.meta_json)
-    complete = all(p.exists() for p in outputs(rd))
     diff = inputs.changed(old)
-    if complete and not diff:
-        return not overwrite
+    if not diff:
+        if whole(rd, old):
+            return not overwrite
+        print(f"corpus: {rd.path} was left incomplete by an interrupted run; writing it again")
+        return False
     if overwrite:
         print(f"corpus: --overwrite: replacing the corpus and data of {rd.path}")
         return False
     now = dataclasses.asdict(inputs)
-    what = ", ".join(f"{k} {old.get(k)!r} there, {now[k]!r} now" for k in diff) or "incomplete"
+    what = ", ".join(f"{k} {old.get(k)!r} there, {now[k]!r} now" for k in diff)
     raise InputError(
         f"--run {rd.run!r}: {rd.path} already holds data from other inputs ({what}); "
         "use a new --run or pass --overwrite true"
     )
+
+
+def whole(rd: RunDir, meta: dict[str, Any]) -> bool:
+    """Every output is there, and corpus/ is the text that data/ was made from (the two are
+    renamed into place one after the other)."""
+    if not all(p.exists() for p in outputs(rd)):
+        return False
+    try:
+        source = json.loads(rd.source_json.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(source, dict) and source.get("sha256") == meta.get("corpus_sha256")
 
 
 def outputs(rd: RunDir) -> list[Path]:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import shutil
 import socket
 import subprocess
 import sys
@@ -29,6 +31,12 @@ def run_cli(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "gpt", "load-corpus", *args], capture_output=True, text=True
     )
+
+
+def contents(path: Path) -> dict[str, bytes]:
+    """Every file under `path` with its bytes."""
+    files = sorted(p for p in path.rglob("*") if p.is_file())
+    return {str(p.relative_to(path)): p.read_bytes() for p in files}
 
 
 def tree(path: Path) -> dict[str, tuple[int, int]]:
@@ -136,6 +144,39 @@ def test_different_inputs_need_overwrite(root: Path) -> None:
     main(CorpusConfig(root=str(root), run="r", tokenizer="gpt2", overwrite=True))
     assert json.loads(rd.meta_json.read_text())["tokenizer"] == "gpt2"
     assert sorted(p.name for p in rd.path.iterdir()) == ["corpus", "data"]  # no staging left
+
+
+def test_a_write_cut_between_its_two_renames_is_finished_by_the_same_command(
+    root: Path, capsys
+) -> None:
+    # data/ is renamed into place before corpus/: a kill between the two leaves data/ alone.
+    main(CorpusConfig(root=str(root), run="clean", tokenizer="char"))
+    cfg = CorpusConfig(root=str(root), run="r", tokenizer="char")
+    main(cfg)
+    shutil.rmtree(cfg.rundir.corpus_dir)
+    with pytest.raises(InputError, match="other inputs .*tokenizer 'char' there, 'gpt2' now"):
+        main(CorpusConfig(root=str(root), run="r", tokenizer="gpt2"))
+    main(cfg)
+    assert "left incomplete by an interrupted run" in capsys.readouterr().out
+    assert contents(cfg.rundir.path) == contents(root / "clean")
+
+
+def test_an_overwrite_cut_between_its_renames_never_passes_for_up_to_date(root: Path) -> None:
+    # --overwrite from the comedy to another text, killed between the renames: the new data/
+    # beside the old corpus/. The new command run again must not take that pair as done.
+    other = root / "other.txt"
+    other.write_text("one two three four five six seven eight nine ten " * 40)
+    main(CorpusConfig(root=str(root), run="clean", source=str(other), block_size=8))
+    main(CorpusConfig(root=str(root), run="r", block_size=8))
+    rd = CorpusConfig(root=str(root), run="r").rundir
+    comedy_corpus = root / "comedy-corpus"
+    shutil.copytree(rd.corpus_dir, comedy_corpus)
+    cfg = CorpusConfig(root=str(root), run="r", source=str(other), block_size=8, overwrite=True)
+    main(cfg)
+    shutil.rmtree(rd.corpus_dir)
+    comedy_corpus.rename(rd.corpus_dir)
+    main(dataclasses.replace(cfg, overwrite=False))
+    assert contents(rd.path) == contents(root / "clean")
 
 
 def test_changed_file_content_is_a_different_input(root: Path, tmp_path: Path) -> None:
