@@ -88,9 +88,24 @@ class LogRotation:
     """containerLogMaxSize, default "10Mi": a running container's log this big is rotated."""
     max_files: int = 5
     """containerLogMaxFiles, default 5: the current file and the rotated ones together."""
-    monitor_interval_s: float = 0.2
-    """containerLogMonitorInterval is 10 s by default; checking more often here rotates sooner,
-    never later, so a reader of the log meets at least what a cluster does, in test time."""
+    monitor_interval_s: float = 3.0
+    """containerLogMonitorInterval: 10 s by default, here the least a kubelet accepts (3 s,
+    below). At most one rotation per interval is what lets a follower of the log (the kubelet's
+    own reader, which reopens the file after a rotation) miss nothing: were the file rotated
+    twice before the reader reopened it, the file between would be skipped."""
+
+    def __post_init__(self) -> None:
+        # kubernetes pkg/kubelet/apis/config/validation/validation.go (v1.30+,
+        # ValidateKubeletConfiguration): "containerLogMonitorInterval must be a positive time
+        # duration greater than or equal to 3s"; pkg/kubelet/logs/container_log_manager.go
+        # (NewContainerLogManager): "invalid MaxFiles %d, must be > 1".
+        if self.monitor_interval_s < 3:
+            raise ValueError(
+                f"containerLogMonitorInterval {self.monitor_interval_s}s: a kubelet refuses "
+                "less than 3s"
+            )
+        if self.max_files <= 1:
+            raise ValueError(f"containerLogMaxFiles {self.max_files}: must be > 1")
 
 
 class ContainerLog(threading.Thread):
