@@ -135,8 +135,9 @@ class Trainer:
             if cfg.dropout is None:
                 dropout = saved.get("dropout", model_config.dropout)
                 model_config = dataclasses.replace(model_config, dropout=dropout)
-            if cfg.ema_decay is None:
-                decay = DEFAULT_EMA_DECAY if checkpoint.has_average(latest) else 0.0
+            if cfg.ema_decay is None:  # the decay the run started with (older: the default)
+                started = DEFAULT_EMA_DECAY if checkpoint.has_average(latest) else 0.0
+                decay = saved_state[0].get("ema_decay", started)
         self.model = GPT(model_config).to(self.device)
         self.optimizer = build_optimizer(self.model, cfg, self.device)
         self.average = WeightAverage(self.model, decay) if decay else None
@@ -379,6 +380,7 @@ class Trainer:
                 "train": dataclasses.asdict(self.state),
                 "config": dataclasses.asdict(self.cfg),
                 "model": dataclasses.asdict(self.model.config),
+                "ema_decay": self.average.decay if self.average else 0.0,
                 "data": self.data.meta.identity(),
                 "world_size": self.world.size,
             }

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -80,6 +81,22 @@ def test_the_run_exports_and_checkpoints_the_average(root: Path) -> None:
     vocab = model.config.vocab_size
     torch.testing.assert_close(model.lm_head.weight[:vocab], average["lm_head.weight"][:vocab],
                                rtol=0, atol=0)
+
+
+def test_a_run_resumed_without_ema_decay_keeps_the_decay_it_started_with(root: Path) -> None:
+    flags = ("--max_iters", "20", "--ckpt_interval", "10")
+    for run in ("whole", "cut"):
+        write_data(root, run)
+        assert train(root, run, *flags, "--ema_decay", "0.9") == 0
+    # What a kill after step 10's checkpoint leaves: step-10, LATEST naming it.
+    cut = RunDir.of(root, "cut")
+    shutil.rmtree(cut.ckpt_step(20))
+    cut.latest.write_text("step-10\n")
+    assert train(root, "cut", *flags) == 0  # --ema_decay left out, as a plain rerun does
+    whole = load_file(RunDir.of(root, "whole").ckpt_step(20) / checkpoint.AVERAGE)
+    resumed = load_file(cut.ckpt_step(20) / checkpoint.AVERAGE)
+    assert resumed.keys() == whole.keys()
+    assert all(torch.equal(resumed[k], whole[k]) for k in whole)
 
 
 def test_without_an_average_the_run_writes_none_and_resuming_needs_it_off(root: Path,
