@@ -146,8 +146,10 @@ class GPTConfig(ModelConfig):
 
 # Dropout when --dropout is unset and the run sees its training tokens more than once.
 DROPOUT_REPEATED = 0.2
-# Warmup when --warmup_iters is unset, for runs of 400 steps or more (a quarter of shorter ones).
-DEFAULT_WARMUP_ITERS = 100
+# Warmup when --warmup_iters is unset, for runs of 120 steps or more (a quarter of shorter ones):
+# 30 steps reach a given quality sooner than 100 and end within the seeds' spread of it
+# (bench/recipe_trials.md, issue 22).
+DEFAULT_WARMUP_ITERS = 30
 # The weight average when --ema_decay is unset: this decay for a run of at least EMA_MIN_STEPS
 # steps that passes over its training split at least EMA_MIN_PASSES times, else none
 # (bench/recipe_trials.md: it helped only there).
@@ -181,7 +183,7 @@ class TrainConfig(ModelConfig, RunConfig):
     min_lr: float = 1e-4
     """Learning rate at the end of the cosine decay."""
     warmup_iters: int | None = None
-    """Steps of linear learning-rate warmup from 0, fewer than max_iters (unset: 100, or a
+    """Steps of linear learning-rate warmup from 0, fewer than max_iters (unset: 30, or a
     quarter of max_iters when that is fewer, so a short smoke test needs no other flag)."""
     weight_decay: float = 0.1
     """AdamW weight decay, applied to 2-D weights only (not to biases and LayerNorm gains)."""

@@ -85,7 +85,7 @@ def gpt_trainjobs_pipeline(
         max_iters: Optimizer steps at most.
         time_budget: Seconds of training at most (0: no limit; a budget is not reproducible).
         learning_rate: Peak learning rate.
-        warmup_iters: Warmup steps, fewer than max_iters; -1: 100, at most max_iters / 4.
+        warmup_iters: Warmup steps, fewer than max_iters; -1: 30, at most max_iters / 4.
         eval_interval: Steps between validation evaluations.
         eval_iters: Validation batches per evaluation, at most.
         log_interval: Steps between metrics lines.

@@ -252,11 +252,11 @@ def test_learning_rate_warms_up_then_decays_by_steps_alone() -> None:
 
 
 def test_warmup_defaults_to_fit_a_short_run_and_an_explicit_one_is_checked() -> None:
-    assert TrainConfig().warmup_iters == 100
+    assert TrainConfig().warmup_iters == 30
     assert TrainConfig(max_iters=40).warmup_iters == 10
     assert TrainConfig(max_iters=1).warmup_iters == 0
-    with pytest.raises(ValueError, match=r"^--warmup_iters 100: must be in \[0, --max_iters 40\)"):
-        TrainConfig(max_iters=40, warmup_iters=100)
+    with pytest.raises(ValueError, match=r"^--warmup_iters 40: must be in \[0, --max_iters 40\)"):
+        TrainConfig(max_iters=40, warmup_iters=40)
 
 
 def test_unset_dropout_is_on_only_where_the_run_sees_its_text_again(root: Path, capsys) -> None:
