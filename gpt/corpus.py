@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import json
 import os
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -24,7 +23,7 @@ from gpt.atomic import scratch_dir, staged_dir, write_json
 from gpt.config import CorpusConfig
 from gpt.errors import InputError
 from gpt.progress import Progress
-from gpt.rundir import CorpusInputs, DataMeta, RunDir, dtype_for
+from gpt.rundir import CorpusInputs, DataMeta, RunDir, dtype_for, read_json_object
 from gpt.sources import Document, Download, canonical, kind_of, read_source
 from gpt.tokenfiles import TokenFiles, tokenize_file
 from gpt.tokenizer import GPT2Tokenizer, Tokenizer
@@ -156,7 +155,7 @@ def up_to_date(rd: RunDir, inputs: CorpusInputs, overwrite: bool) -> bool:
     """
     if not rd.meta_json.exists():
         return False
-    old = DataMeta.read_raw(rd.meta_json)
+    old = read_json_object(rd.meta_json)
     diff = inputs.changed(old)
     if not diff:
         if whole(rd, old):
@@ -179,11 +178,7 @@ def whole(rd: RunDir, meta: dict[str, Any]) -> bool:
     renamed into place one after the other)."""
     if not all(p.exists() for p in outputs(rd)):
         return False
-    try:
-        source = json.loads(rd.source_json.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return False
-    return isinstance(source, dict) and source.get("sha256") == meta.get("corpus_sha256")
+    return read_json_object(rd.source_json).get("sha256") == meta.get("corpus_sha256")
 
 
 def outputs(rd: RunDir) -> list[Path]:

@@ -113,6 +113,16 @@ def dtype_for(vocab_size: int) -> str:
     return "uint16" if vocab_size < 2**16 else "uint32"
 
 
+def read_json_object(path: Path) -> dict[str, Any]:
+    """A JSON object of an earlier run (meta.json, source.json) as a plain dict, compared key by
+    key; {} when it is missing, unreadable or not an object."""
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return raw if isinstance(raw, dict) else {}
+
+
 @dataclass(frozen=True)
 class CorpusInputs:
     """What decides a run's corpus and data: equal inputs mean a rerun has nothing to do."""
@@ -147,16 +157,6 @@ class DataMeta(CorpusInputs):
 
     def write(self, path: Path) -> None:
         atomic.write_json(path, dataclasses.asdict(self), what="the data's description")
-
-    @staticmethod
-    def read_raw(path: Path) -> dict[str, Any]:
-        """meta.json as a plain dict, {} when it is missing or unreadable (an earlier run's,
-        compared key by key)."""
-        try:
-            raw = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            return {}
-        return raw if isinstance(raw, dict) else {}
 
     @classmethod
     def read(cls, path: Path) -> DataMeta:

@@ -136,8 +136,9 @@ class Trainer:
                 dropout = saved.get("dropout", model_config.dropout)
                 model_config = dataclasses.replace(model_config, dropout=dropout)
             if cfg.ema_decay is None:  # the decay the run started with (older: the default)
-                started = DEFAULT_EMA_DECAY if checkpoint.has_average(latest) else 0.0
-                decay = saved_state[0].get("ema_decay", started)
+                decay = saved_state[0].get("ema_decay")
+                if decay is None:
+                    decay = DEFAULT_EMA_DECAY if checkpoint.has_average(latest) else 0.0
         self.model = GPT(model_config).to(self.device)
         self.optimizer = build_optimizer(self.model, cfg, self.device)
         self.average = WeightAverage(self.model, decay) if decay else None
