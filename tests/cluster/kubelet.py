@@ -96,7 +96,9 @@ class LogRotation:
 
     def __post_init__(self) -> None:
         # kubernetes pkg/kubelet/apis/config/validation/validation.go (v1.30+,
-        # ValidateKubeletConfiguration): "containerLogMonitorInterval must be a positive time
+        # ValidateKubeletConfiguration; the field and this floor came with
+        # kubernetes/kubernetes#114301, before which the interval was a fixed 10 s):
+        # "containerLogMonitorInterval must be a positive time
         # duration greater than or equal to 3s"; pkg/kubelet/logs/container_log_manager.go
         # (NewContainerLogManager): "invalid MaxFiles %d, must be > 1".
         if self.monitor_interval_s < 3:
