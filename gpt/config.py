@@ -39,6 +39,15 @@ class RunConfig:
         return RunDir.of(self.root, self.run)
 
 
+# The longest byte n-grams --spelling takes: longer ones are nearly whole tokens, rows of
+# their own that share nothing.
+MAX_SPELLING = 4
+# --spelling when unset (for a new run): bytes and byte pairs. On the default corpus it ends
+# 0.04 bits per byte lower, and the plays reach nanoGPT's quality in about half the steps, for
+# ~2-6% more time per step; byte triples added nothing (bench/recipe_trials.md, issue 22).
+DEFAULT_SPELLING = 2
+
+
 @dataclass
 class ModelConfig:
     """The model's shape, as a person chooses it: train-gpt's model flags. `GPTConfig`
@@ -69,6 +78,12 @@ class ModelConfig:
     activation: Literal["relu2", "gelu"] = "relu2"
     """The MLP's nonlinearity: relu2 (squared ReLU, as in Primer) or gelu (GPT-2's). relu2
     learned more per step here at the same cost."""
+    spelling: int | None = None
+    """Spell the token embedding in byte n-grams up to this long while training: each token's
+    row is a free vector plus the mean of vectors its bytes and byte pairs share with other
+    tokens (gpt/spelling.py), so rare and unseen tokens start from their spelling. 0: a plain
+    table (GPT-2's). Unset: DEFAULT_SPELLING for a new run, and a resumed run keeps what it
+    started with. The export is a plain table either way (the sum written out)."""
 
     def __post_init__(self) -> None:
         for name in ("block_size", "n_layer", "n_head", "n_embd"):
@@ -88,6 +103,12 @@ class ModelConfig:
             )
         if self.dropout is not None and not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"--dropout {self.dropout!r}: must be in [0, 1) (unset: automatic)")
+        if self.spelling is not None and (
+            not isinstance(self.spelling, int) or isinstance(self.spelling, bool)
+            or not 0 <= self.spelling <= MAX_SPELLING
+        ):
+            raise ValueError(f"--spelling {self.spelling!r}: must be an integer from 0 (a plain "
+                             f"embedding table) to {MAX_SPELLING} (unset: automatic)")
 
 
 def check_positive_int(name: str, value: Any) -> None:
@@ -140,6 +161,8 @@ class GPTConfig(ModelConfig):
     def __post_init__(self) -> None:
         if self.dropout is None:  # a model has a dropout; only the flag may be left to training
             self.dropout = 0.0
+        if self.spelling is None:  # so is its embedding spelled or not
+            self.spelling = 0
         super().__post_init__()
         check_positive_int("vocab_size", self.vocab_size)
 
@@ -285,8 +308,9 @@ class TrainConfig(ModelConfig, RunConfig):
         """The model this run trains on a training split of `train_tokens` tokens (None: the
         shape alone, for a benchmark; an unset dropout is then 0)."""
         dropout = self.dropout if train_tokens is None else self.dropout_for(train_tokens)
-        return GPTConfig(**{**fields_of(self, ModelConfig), "dropout": dropout},
-                         vocab_size=vocab_size)
+        spelling = DEFAULT_SPELLING if self.spelling is None else self.spelling
+        return GPTConfig(**{**fields_of(self, ModelConfig), "dropout": dropout,
+                            "spelling": spelling}, vocab_size=vocab_size)
 
 
 @dataclass

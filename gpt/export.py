@@ -34,13 +34,16 @@ from gpt.tokenizer import ENDOFTEXT, Tokenizer, tokenizer_from_hf
 
 WEIGHTS, CONFIG, TOKENIZER = "model.safetensors", "config.json", "tokenizer.json"
 EMBEDDING, HEAD = "transformer.wte.weight", "lm_head.weight"  # one tensor (weight tying)
+SPELLING = "transformer.wse.weight"  # a spelled embedding's n-gram vectors (training only)
 
 
 def export_weights(model: GPT) -> dict[str, torch.Tensor]:
-    """Our tensors of the export: the tied embedding once, without padding rows."""
+    """Our tensors of the export: the tied embedding once, without padding rows, and a spelled
+    one written out as the plain table it is."""
     weights = model.state_dict()
     del weights[HEAD]
-    weights[EMBEDDING] = weights[EMBEDDING][: model.config.vocab_size]
+    weights.pop(SPELLING, None)
+    weights[EMBEDDING] = model.embedding()[: model.config.vocab_size]
     return {name: t.detach().cpu().contiguous() for name, t in weights.items()}
 
 

@@ -102,7 +102,8 @@ def gpt_config(hf: dict[str, Any], bias: bool) -> GPTConfig:
     n_layer, n_head, n_embd, block_size = (hf.get(k) for k in shape)
     return GPTConfig(n_layer=n_layer, n_head=n_head, n_embd=n_embd, block_size=block_size,
                      dropout=dropout, bias=bias, position=position,
-                     activation=activation[act], vocab_size=hf.get("vocab_size"))  # fmt: skip
+                     activation=activation[act], spelling=0,  # an export's table is plain
+                     vocab_size=hf.get("vocab_size"))  # fmt: skip
 
 
 def _expect(obj: dict[str, Any], key: str, want: Any) -> None:

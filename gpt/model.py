@@ -1,7 +1,10 @@
 """A decoder-only GPT, in the shape of GPT-2, in one file that reads top to bottom.
 
 Token embeddings, pre-LayerNorm transformer blocks (causal self-attention, then an MLP), a final
-LayerNorm and a language-model head that shares its weight with the token embedding. Positions
+LayerNorm and a language-model head that shares its weight with the token embedding. While it
+trains, the embedding can be spelled: each row a free vector plus the mean of vectors shared by
+the token's byte n-grams (gpt/spelling.py), which is still one matrix, written out as a plain
+table for inference and the export. Positions
 are rotary by default, or GPT-2's learned table (`position`); the MLP uses a squared ReLU by
 default, or GPT-2's GELU (`activation`): the defaults learned more per CPU-second here
 (bench/recipe_trials.md), and GPT-2's choices remain so the nanoGPT reference runs unchanged.
@@ -19,6 +22,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from gpt.config import GPTConfig
+from gpt.spelling import Spelling
 
 # The embedding and output matrices get rows for ids no tokenizer emits, up to a multiple of 64
 # (GPT-2's 50,257 -> 50,304, as nanoGPT does): GPU matmuls over a dimension that is a multiple of
@@ -193,7 +197,12 @@ class Block(nn.Module):
 
 
 class GPT(nn.Module):
-    def __init__(self, config: GPTConfig) -> None:
+    """With a `spelling` of its vocabulary (as train-gpt builds it when `config.spelling` is
+    set), the embedding is spelled: `embedding()` is the free table plus each token's mean
+    n-gram vector. Without, it is the plain table, which is what inference and the export use:
+    `export.export_weights` writes the spelled matrix out as one."""
+
+    def __init__(self, config: GPTConfig, spelling: Spelling | None = None) -> None:
         super().__init__()
         self.config = config
         modules = dict(wte=nn.Embedding(padded_vocab(config.vocab_size), config.n_embd))
@@ -213,6 +222,15 @@ class GPT(nn.Module):
         # Weight tying: the token embedding and the output projection are one matrix, which
         # saves vocab_size * n_embd parameters and helps small models generalise.
         self.transformer.wte.weight = self.lm_head.weight
+        self.spelled = spelling is not None
+        if spelling is not None:
+            if spelling.vocab_size != config.vocab_size or spelling.n != config.spelling:
+                raise ValueError(f"a spelling of {spelling.vocab_size} tokens in up to "
+                                 f"{spelling.n}-grams does not fit {config}")
+            self.transformer.wse = nn.Embedding(spelling.grams, config.n_embd)  # n-gram vectors
+            # Rebuilt from the tokenizer, never saved (persistent=False).
+            for name in ("index", "offsets", "weights"):
+                self.register_buffer(f"spell_{name}", getattr(spelling, name), persistent=False)
         self.apply(self._init_weights)
         # GPT-2: scale the residual projections by 1/sqrt(2 * n_layer) so the residual stream's
         # variance does not grow with depth (two residual additions per block).
@@ -230,18 +248,22 @@ class GPT(nn.Module):
 
     def num_params(self) -> int:
         """Parameter count (the tied token embedding once: as the output head it does compute),
-        without the padding rows, which take no part in the model."""
+        without the padding rows, which take no part in the model, and without a spelled
+        embedding's n-gram table, which the embedding folds in."""
         padding = (self.lm_head.weight.size(0) - self.config.vocab_size) * self.config.n_embd
-        return sum(p.numel() for p in self.parameters()) - padding
+        spelling = self.transformer.wse.weight.numel() if self.spelled else 0  # folds into wte
+        return sum(p.numel() for p in self.parameters()) - padding - spelling
 
     def describe(self) -> str:
         """The model in one line, for logs and reports (the one place it is spelled out)."""
         c = self.config
         rows = padded_vocab(c.vocab_size)
         padding = f" (padded to {rows})" if rows != c.vocab_size else ""
+        spelled = (f" spelled in {self.transformer.wse.num_embeddings:,} byte 1-{c.spelling}-grams"
+                   if self.spelled else "")
         return (f"{self.num_params() / 1e6:.2f}M parameters: {c.n_layer} layers x {c.n_head} heads "
-                f"x {c.n_embd} wide, context {c.block_size}, vocab {c.vocab_size}{padding}, "
-                f"dropout {c.dropout:g}")
+                f"x {c.n_embd} wide, context {c.block_size}, vocab {c.vocab_size}{padding}"
+                f"{spelled}, dropout {c.dropout:g}")
 
     def flops_per_token(self) -> float:
         """Training FLOPs per token (forward + backward), as in the PaLM paper's appendix B: of
@@ -250,6 +272,15 @@ class GPT(nn.Module):
         n_params = self.num_params()
         attn = 12 * cfg.n_layer * cfg.n_embd * cfg.block_size
         return 6 * n_params + attn
+
+    def embedding(self) -> torch.Tensor:
+        """The token embedding, which is also the output head's weight: (padded vocab, C)."""
+        table = self.lm_head.weight
+        if not self.spelled:
+            return table
+        spelt = F.embedding_bag(self.spell_index, self.transformer.wse.weight, self.spell_offsets,
+                                mode="sum", per_sample_weights=self.spell_weights)  # (vocab, C)
+        return table + F.pad(spelt, (0, 0, 0, table.size(0) - spelt.size(0)))  # padding rows: 0
 
     def new_cache(self, batch_size: int = 1) -> KVCache:
         p = self.lm_head.weight
@@ -273,7 +304,8 @@ class GPT(nn.Module):
             raise ValueError(
                 f"sequence of {start + T} tokens exceeds block_size {self.config.block_size}"
             )
-        x = self.transformer.wte(idx)  # (B, T, C)
+        embedding = self.embedding()  # (padded vocab, C), computed once for input and output
+        x = F.embedding(idx, embedding)  # (B, T, C)
         rope = None
         if self.config.position == "learned":
             x = x + self.transformer.wpe(torch.arange(start, start + T, device=idx.device))
@@ -283,7 +315,7 @@ class GPT(nn.Module):
         for layer, block in enumerate(self.transformer.h):
             x = block(x, rope, cache, layer)
         x = self.transformer.ln_f(x)
-        logits = self.lm_head(x)  # (B, T, padded vocab)
+        logits = F.linear(x, embedding)  # (B, T, padded vocab)
         if cache is not None:
             cache.advance(T)
         loss = None

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from safetensors.torch import load_file
+from safetensors.torch import load_file, load_model
 
 from gpt import checkpoint
 from gpt.__main__ import main as gpt_main
@@ -28,8 +28,9 @@ from gpt.data import Batches, eval_offsets
 from gpt.distributed import World
 from gpt.divergence import NonFiniteLoss
 from gpt.export import load_export
-from gpt.model import GPT
+from gpt.model import GPT, GPTConfig
 from gpt.rundir import DataMeta, RunDir
+from gpt.spelling import spelling_of
 from gpt.tokenizer import load_tokenizer
 from gpt.trainer import Trainer, lr_at
 from tests.train_fixtures import ONE_THREAD, records, train, write_data
@@ -56,11 +57,15 @@ def test_short_run_lowers_the_loss_and_writes_every_output(root: Path, capsys) -
     model, tokenizer = load_export(run.model_dir)
     assert tokenizer.to_json() == load_tokenizer(run.tokenizer_json).to_json()
     assert model.lm_head.weight.data_ptr() == model.transformer.wte.weight.data_ptr()
-    # the export is the final weights: the same as the last checkpoint's, but for padding rows
+    # the export is the final weights: the same as the last checkpoint's, but for padding rows,
+    # its spelled embedding written out as one table
     ckpt = load_file(run.ckpt_step(30) / checkpoint.MODEL)
     assert ckpt["lm_head.weight"].size(0) % 64 == 0 and ckpt["lm_head.weight"].size(0) > vocab
     assert model.lm_head.weight.size(0) == ckpt["lm_head.weight"].size(0)
-    torch.testing.assert_close(model.lm_head.weight[:vocab], ckpt["lm_head.weight"][:vocab])
+    saved = json.loads((run.ckpt_step(30) / checkpoint.STATE).read_text())["model"]
+    trained = GPT(GPTConfig(**saved), spelling_of(tokenizer, saved["spelling"]))
+    load_model(trained, run.ckpt_step(30) / checkpoint.MODEL)
+    torch.testing.assert_close(model.lm_head.weight[:vocab], trained.embedding()[:vocab])
 
     assert run.latest.read_text().strip() == "step-30"
     assert sorted(p.name for p in run.ckpt_dir.iterdir()) == ["LATEST", "step-20", "step-30"]
