@@ -65,7 +65,9 @@ from gpt.data import eval_batches, eval_offsets
 from gpt.export import load_unpadded
 from gpt.model import GPT
 from gpt.rundir import DataMeta, RunDir
+from gpt.spelling import spelling_of
 from gpt.stages import to_args
+from gpt.tokenizer import load_tokenizer
 
 REPO = Path(__file__).resolve().parents[1]
 # Each corpus's --source, found when a case needs it (the German text is fetched on first use).
@@ -155,9 +157,15 @@ def _gpt(args: list[str], log: Path) -> None:
 
 
 def our_model(ckpt: Path) -> GPT:
-    """The model of one of our checkpoints."""
+    """The model of one of our checkpoints (in run/ckpt/, its tokenizer in run/data/)."""
     state = json.loads((ckpt / "state.json").read_text())
-    model = GPT(GPTConfig(**state["model"]))
+    config = GPTConfig(**state["model"])
+    spelling = None
+    if config.spelling:
+        run = RunDir.of(ckpt.parents[2], ckpt.parents[1].name)
+        tokenizer = load_tokenizer(run.tokenizer_json)
+        spelling = spelling_of(tokenizer, config.spelling)
+    model = GPT(config, spelling)
     safetensors.torch.load_model(model, str(checkpoint.evaluated_weights(ckpt)))
     return model
 

@@ -17,9 +17,10 @@ timestamps each step line as it arrives, so both are timed by one clock, in one 
 
 Shapes: on CUDA, GPT-2 124M (12 x 12 x 768, context 1024, 65,536 tokens per optimizer step,
 GPT-2's 50,257-token BPE, bf16, torch.compile on both), nanoGPT at micro-batch 16 x 4 and 64 x 1,
-this project with its default model (rope, relu2) and with GPT-2's choices (learned positions,
-GELU) at the same two splits. On CPU, nanoGPT's "baby GPT" (4 x 4 x 128, context 64, batch 12,
-characters, fp32, no compile) for both. Both without bias and dropout, as nanoGPT's defaults.
+this project with its default model (rope, relu2, spelled embedding) and with GPT-2's choices
+(learned positions, GELU, a plain embedding table) at the same two splits. On CPU, nanoGPT's
+"baby GPT" (4 x 4 x 128, context 64, batch 12, characters, fp32, no compile) for both. Both
+without bias and dropout, as nanoGPT's defaults.
 
 nanoGPT and the plays come from ../shared (or the folder GPT_SHARED names, e.g. a copy carried
 to a GPU machine).
@@ -46,7 +47,7 @@ from gpt.stages import to_args
 REPO = Path(__file__).resolve().parents[1]
 NANOGPT = SHARED / "peers" / "nanogpt"
 PLAYS = SHARED / "data" / "shakespeare_plays.txt"
-GPT2_CHOICES = {"position": "learned", "activation": "gelu"}
+GPT2_CHOICES = {"position": "learned", "activation": "gelu", "spelling": 0}
 # Step lines: nanoGPT's `iter N: loss L, time T ms, mfu M%`, ours `step N/M | loss L | ...`.
 REPEATS = 3  # runs of each case on a CPU (medians and spreads in the table)
 LOG_INTERVAL = 10  # both also log their first step: nanoGPT as iteration 0, we as step 1
