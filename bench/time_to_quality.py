@@ -160,12 +160,8 @@ def our_model(ckpt: Path) -> GPT:
     """The model of one of our checkpoints (in run/ckpt/, its tokenizer in run/data/)."""
     state = json.loads((ckpt / "state.json").read_text())
     config = GPTConfig(**state["model"])
-    spelling = None
-    if config.spelling:
-        run = RunDir.of(ckpt.parents[2], ckpt.parents[1].name)
-        tokenizer = load_tokenizer(run.tokenizer_json)
-        spelling = spelling_of(tokenizer, config.spelling)
-    model = GPT(config, spelling)
+    tokenizer = load_tokenizer(RunDir.of(ckpt.parents[2], ckpt.parents[1].name).tokenizer_json)
+    model = GPT(config, spelling_of(tokenizer, config.spelling))
     safetensors.torch.load_model(model, str(checkpoint.evaluated_weights(ckpt)))
     return model
 

@@ -103,14 +103,18 @@ def find_latest(run: RunDir) -> Path | None:
 
 
 def read_state(path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
-    """state.json and rng.json of checkpoint `path`."""
+    """state.json and rng.json of checkpoint `path` (an older state.json with the keys it
+    lacks at the values it implied)."""
     out = []
     for name in (STATE, RNG):
         try:
             out.append(json.loads((path / name).read_text()))
         except (OSError, ValueError) as e:
             raise InputError(f"{path / name}: truncated or corrupt checkpoint file ({e})") from None
-    return out[0], out[1]
+    state, rng = out
+    # A checkpoint from before --spelling has a plain embedding table.
+    state.get("model", {}).setdefault("spelling", 0)
+    return state, rng
 
 
 def load_weights(path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer,

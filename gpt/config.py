@@ -43,8 +43,9 @@ class RunConfig:
 # their own that share nothing.
 MAX_SPELLING = 4
 # --spelling when unset (for a new run): bytes and byte pairs. On the default corpus it ends
-# 0.04 bits per byte lower, and the plays reach nanoGPT's quality in about half the steps, for
-# ~2-6% more time per step; byte triples added nothing (bench/recipe_trials.md, issue 22).
+# 0.03 bits per byte lower (mean of three seeds), and the plays reach nanoGPT's quality at step
+# 75 instead of 120, for ~2-6% more time per step; byte triples added nothing
+# (bench/recipe_trials.md, issue 22).
 DEFAULT_SPELLING = 2
 
 

@@ -1,13 +1,13 @@
 """A decoder-only GPT, in the shape of GPT-2, in one file that reads top to bottom.
 
 Token embeddings, pre-LayerNorm transformer blocks (causal self-attention, then an MLP), a final
-LayerNorm and a language-model head that shares its weight with the token embedding. While it
-trains, the embedding can be spelled: each row a free vector plus the mean of vectors shared by
-the token's byte n-grams (gpt/spelling.py), which is still one matrix, written out as a plain
-table for inference and the export. Positions
+LayerNorm and a language-model head that shares its weight with the token embedding. Positions
 are rotary by default, or GPT-2's learned table (`position`); the MLP uses a squared ReLU by
 default, or GPT-2's GELU (`activation`): the defaults learned more per CPU-second here
 (bench/recipe_trials.md), and GPT-2's choices remain so the nanoGPT reference runs unchanged.
+While it trains, the embedding can be spelled: each row a free vector plus the mean of vectors
+shared by the token's byte n-grams (gpt/spelling.py), still one matrix, which inference and the
+export use as a plain table.
 Attention runs through `scaled_dot_product_attention`, which picks flash or memory-efficient
 kernels where the device has them. A `KVCache` lets generation feed one new token at a time
 instead of the whole context.

@@ -48,8 +48,11 @@ class Spelling:
         return len(self.offsets)
 
 
-def spelling_of(tokenizer: Tokenizer, n: int) -> Spelling:
-    """The spelling of `tokenizer`'s vocabulary."""
+def spelling_of(tokenizer: Tokenizer, n: int) -> Spelling | None:
+    """The spelling of `tokenizer`'s vocabulary in n-grams up to `n` long (a model's
+    `config.spelling`); None for 0, a plain table."""
+    if not n:
+        return None
     return spell([tokenizer.decode_bytes([i]) for i in range(tokenizer.vocab_size)], n)
 
 

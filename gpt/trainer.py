@@ -137,14 +137,13 @@ class Trainer:
                 dropout = saved.get("dropout", model_config.dropout)
                 model_config = dataclasses.replace(model_config, dropout=dropout)
             if cfg.spelling is None:
-                model_config = dataclasses.replace(model_config, spelling=saved.get("spelling", 0))
+                spelling = saved.get("spelling", model_config.spelling)
+                model_config = dataclasses.replace(model_config, spelling=spelling)
             if cfg.ema_decay is None:  # the decay the run started with (older: the default)
                 decay = saved_state[0].get("ema_decay")
                 if decay is None:
                     decay = DEFAULT_EMA_DECAY if checkpoint.has_average(latest) else 0.0
-        spelling = None
-        if model_config.spelling:
-            spelling = spelling_of(self.data.tokenizer, model_config.spelling)
+        spelling = spelling_of(self.data.tokenizer, model_config.spelling)
         self.model = GPT(model_config, spelling).to(self.device)
         self.optimizer = build_optimizer(self.model, cfg, self.device)
         self.average = WeightAverage(self.model, decay) if decay else None
@@ -224,9 +223,7 @@ class Trainer:
         hint = "use a new --run, or --resume never to start over"
         for what, saved, now in (
             ("on different data", state["data"], self.data.meta.identity()),
-            # A checkpoint from before --spelling has a plain embedding table.
-            ("with a different model", {"spelling": 0, **state["model"]},
-             dataclasses.asdict(self.model.config)),
+            ("with a different model", state["model"], dataclasses.asdict(self.model.config)),
         ):
             if changed := diff(saved, now):
                 raise InputError(f"{path}: trained {what} ({'; '.join(changed)}); {hint}")
