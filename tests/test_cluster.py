@@ -303,8 +303,8 @@ def pod_events(cluster, pod: str) -> list[tuple[str, str, str]]:
                   if e["involvedObject"]["name"] == pod)  # fmt: skip
 
 
-def status_of(pod) -> dict:
-    return json.loads((pod.folder / "status.json").read_text())
+def status_of(cluster, pod) -> dict:
+    return cluster.kubelet.status(pod)
 
 
 @pytest.mark.apiserver
@@ -337,7 +337,7 @@ def test_an_image_the_registry_lacks_fails_the_step_within_the_grace_with_the_pu
             f'= failed to pull and unpack image "{typo}": failed to resolve reference "{typo}": '
             f"{typo}: not found") in said  # fmt: skip
     assert ("Normal", "BackOff", f'Back-off pulling image "{typo}"') in said
-    status = status_of(pod)
+    status = status_of(trainer_cluster, pod)
     assert status["phase"] == "Pending"
     (node,) = status["containerStatuses"]
     assert node["state"]["waiting"]["reason"] in ("ErrImagePull", "ImagePullBackOff")
@@ -351,7 +351,7 @@ def test_the_registrys_image_runs_and_its_status_says_so(trainer_cluster):
     job = dataclasses.replace(spec("torch-distributed", 1, start_timeout=3), image=workload_image())
     outcome = launcher.launch(job, trainer_cluster.namespace, "r", say=lambda _: None)
     (pod,) = trainer_cluster.runs[outcome.name].pods
-    status = status_of(pod)
+    status = status_of(trainer_cluster, pod)
     assert status["phase"] == "Succeeded"
     assert status["containerStatuses"][0]["state"]["terminated"]["reason"] == "Completed"
 
@@ -374,9 +374,9 @@ def test_a_gpu_no_machine_has_fails_the_step_within_the_grace_with_the_scheduler
         f"'s pod {pod.name} is still Pending 3 s after its creation: Unschedulable: {scheduler}; "
         f"deleted it")  # fmt: skip
     assert pod_events(trainer_cluster, pod.name) == [("Warning", "FailedScheduling", scheduler)]
-    (scheduled,) = status_of(pod)["conditions"]
+    (scheduled,) = status_of(trainer_cluster, pod)["conditions"]
     assert (scheduled["type"], scheduled["status"], scheduled["reason"]) == (
         "PodScheduled", "False", "Unschedulable")  # fmt: skip
-    assert "containerStatuses" not in status_of(pod)
+    assert "containerStatuses" not in status_of(trainer_cluster, pod)
     assert trainer_cluster.api.list_namespaced_custom_object(GROUP, VERSION, ns, PLURAL)[
         "items"] == []  # fmt: skip

@@ -565,6 +565,12 @@ class Kubelet:
                                  "Eviction API: evicting")  # fmt: skip
         self.delete(pod)
 
+    def status(self, pod: Pod) -> dict[str, Any]:
+        """The pod's status.json, read under the lock that `delete` moves its folder under (a
+        read between the move and `pod.folder`'s update would find no file)."""
+        with self._lock:
+            return json.loads((pod.folder / STATUS_FILE).read_text())
+
     def delete(self, pod: Pod) -> None:
         """Stop the pod and take it out of the namespace (its log kept under `.deleted/`)."""
         if pod.deleted:
