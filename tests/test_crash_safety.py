@@ -33,8 +33,8 @@ SETTINGS = {
     "max_iters": 60, "ckpt_interval": 10, "eval_interval": 20, "eval_iters": 4,
     "log_interval": 5, "max_new_tokens": 16, "prompt": ["To be, or not to be"],
 }  # fmt: skip
-KILLS = 12  # kills that land before the pipeline ends on its own (each costs a rerun)
-PER_STAGE = 4  # of which at least this many in each stage
+KILLS = 6  # kills that land before the pipeline ends on its own (each costs a rerun)
+PER_STAGE = 2  # of which at least this many in each stage (each CI run draws new moments)
 # A kill timed by the reference run's durations lands in a later stage, or after the end, when a
 # trial's stage runs faster than the reference's did (the reference, run first on a fresh clone,
 # also compiles the bytecode); such a trial still checks its run, and another one follows, up to

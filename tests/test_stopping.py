@@ -27,7 +27,7 @@ from gpt.stages import TRAIN_GPT
 from gpt.stopping import StopRequest
 
 # Long enough to be signalled mid-run, short enough for CI: a few seconds of a tiny model.
-FLAGS = ["--max_iters", "1500", "--ckpt_interval", "500", "--eval_interval", "500",
+FLAGS = ["--max_iters", "600", "--ckpt_interval", "250", "--eval_interval", "250",
          "--log_interval", "50"]
 
 
@@ -90,10 +90,10 @@ def test_sigterm_writes_a_checkpoint_and_the_rerun_resumes_bit_identical(tmp_pat
     assert whole.returncode == 0, whole.stderr[-2000:]
     rng = random.Random(nproc)
     for run in runs[1:]:
-        after = rng.choice(range(50, 1400, 50))
+        after = rng.choice(range(50, 500, 50))
         status, log = _signal_mid_run(tmp_path, run, nproc, after)
         assert status == EXIT_STOPPED, log[-2000:]
-        stopped = re.search(r"stopped by SIGTERM at step (\d+) of 1500, checkpoint written", log)
+        stopped = re.search(r"stopped by SIGTERM at step (\d+) of 600, checkpoint written", log)
         assert stopped, log[-2000:]
         step = int(stopped.group(1))
         assert step >= after
