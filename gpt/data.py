@@ -25,6 +25,7 @@ class TokenData:
     train: np.ndarray  # read-only memmaps: a corpus larger than memory still trains
     val: np.ndarray
     tokenizer: Tokenizer
+    train_counts: np.ndarray  # (vocab_size,) int64: how often the training split holds each id
 
     @classmethod
     def load(cls, run: RunDir) -> TokenData:
@@ -45,16 +46,18 @@ class TokenData:
                     f"{path}: {size} bytes, but meta.json says {tokens} {meta.dtype} tokens "
                     f"({tokens * itemsize} bytes); the data directory is inconsistent, {hint}"
                 )
-            tokens = np.memmap(path, dtype=meta.dtype, mode="r")
-            # One pass over the ids (about a second per GB): an id past the vocabulary would
-            # otherwise fail deep inside the embedding, or silently on a GPU.
-            if tokens.max() >= meta.vocab_size:
+            arrays.append(np.memmap(path, dtype=meta.dtype, mode="r"))
+        train, val = arrays
+        # One pass over each split (about a second per GB): an id past the vocabulary would
+        # otherwise fail deep inside the embedding, or silently on a GPU.
+        train_counts = count_ids(train, meta.vocab_size)
+        for path, highest in ((run.train_bin, len(train_counts) - 1), (run.val_bin, val.max())):
+            if highest >= meta.vocab_size:
                 raise InputError(
-                    f"{path}: holds token id {tokens.max()}, but meta.json says vocab_size "
+                    f"{path}: holds token id {highest}, but meta.json says vocab_size "
                     f"{meta.vocab_size}; the data directory is inconsistent, {hint}"
                 )
-            arrays.append(tokens)
-        return cls(meta, arrays[0], arrays[1], tokenizer)
+        return cls(meta, train, val, tokenizer, train_counts)
 
     def check_block_size(self, block_size: int) -> None:
         """Every window needs block_size + 1 tokens (inputs plus the next-token targets)."""
@@ -65,6 +68,19 @@ class TokenData:
                     f"window needs block_size + 1; lower --block_size (at most {tokens - 1}) "
                     "or use a larger corpus"
                 )
+
+
+def count_ids(tokens: np.ndarray, vocab_size: int, slice_len: int = 1 << 24) -> np.ndarray:
+    """How often each id occurs in `tokens`: (vocab_size,) int64, longer if an id is past the
+    vocabulary. `slice_len` ids at a time, so a memmapped corpus larger than memory is never
+    copied whole (bincount copies to int64)."""
+    counts = np.zeros(vocab_size, dtype=np.int64)
+    for start in range(0, len(tokens), slice_len):
+        part = np.bincount(tokens[start : start + slice_len], minlength=vocab_size)
+        if len(part) > len(counts):
+            counts = np.pad(counts, (0, len(part) - len(counts)))
+        counts += part
+    return counts
 
 
 def _windows(tokens: np.ndarray, offsets: np.ndarray, block_size: int, device: torch.device):

@@ -5,9 +5,9 @@ LayerNorm and a language-model head that shares its weight with the token embedd
 are rotary by default, or GPT-2's learned table (`position`); the MLP uses a squared ReLU by
 default, or GPT-2's GELU (`activation`): the defaults learned more per CPU-second here
 (bench/recipe_trials.md), and GPT-2's choices remain so the nanoGPT reference runs unchanged.
-While it trains, the embedding can be spelled: each row a free vector plus the mean of vectors
-shared by the token's byte n-grams (gpt/spelling.py), still one matrix, which inference and the
-export use as a plain table.
+While it trains, the embedding can be spelled: each row the mean of vectors shared by the
+token's byte n-grams (gpt/spelling.py) plus, for a token the training split holds, a free vector
+of its own; still one matrix, which inference and the export use as a plain table.
 Attention runs through `scaled_dot_product_attention`, which picks flash or memory-efficient
 kernels where the device has them. A `KVCache` lets generation feed one new token at a time
 instead of the whole context.
@@ -198,8 +198,9 @@ class Block(nn.Module):
 
 class GPT(nn.Module):
     """With a `spelling` of its vocabulary (as train-gpt builds it when `config.spelling` is
-    set), the embedding is spelled: `embedding()` is the free table plus each token's mean
-    n-gram vector. Without, it is the plain table, which is what inference and the export use:
+    set), the embedding is spelled: `embedding()` is the free table (its rows of tokens without a
+    free vector kept at 0) plus each token's mean n-gram vector. Without, it is the plain table,
+    which is what inference and the export use:
     `export.export_weights` writes the spelled matrix out as one."""
 
     def __init__(self, config: GPTConfig, spelling: Spelling | None = None) -> None:
@@ -231,7 +232,13 @@ class GPT(nn.Module):
             # Rebuilt from the tokenizer, never saved (persistent=False).
             for name in ("index", "offsets", "weights"):
                 self.register_buffer(f"spell_{name}", getattr(spelling, name), persistent=False)
+            padding = self.lm_head.weight.size(0) - config.vocab_size
+            free = F.pad(spelling.free.float(), (0, padding), value=1.0)[:, None]  # (padded, 1)
+            self.register_buffer("spell_free", free, persistent=False)
         self.apply(self._init_weights)
+        if self.spelled:  # a token without a free vector starts, and stays, at its spelling
+            with torch.no_grad():
+                self.lm_head.weight.mul_(self.spell_free)
         # GPT-2: scale the residual projections by 1/sqrt(2 * n_layer) so the residual stream's
         # variance does not grow with depth (two residual additions per block).
         for name, p in self.named_parameters():
@@ -259,8 +266,13 @@ class GPT(nn.Module):
         c = self.config
         rows = padded_vocab(c.vocab_size)
         padding = f" (padded to {rows})" if rows != c.vocab_size else ""
-        spelled = (f" spelled in {self.transformer.wse.num_embeddings:,} byte 1-{c.spelling}-grams"
-                   if self.spelled else "")
+        spelled = ""
+        if self.spelled:
+            alone = c.vocab_size - int(self.spell_free[: c.vocab_size].sum())
+            spelled = (f" spelled in {self.transformer.wse.num_embeddings:,} byte "
+                       f"1-{c.spelling}-grams")
+            if alone:
+                spelled += f" ({alone:,} tokens never in training: spelling alone)"
         return (f"{self.num_params() / 1e6:.2f}M parameters: {c.n_layer} layers x {c.n_head} heads "
                 f"x {c.n_embd} wide, context {c.block_size}, vocab {c.vocab_size}{padding}"
                 f"{spelled}, dropout {c.dropout:g}")
@@ -278,6 +290,7 @@ class GPT(nn.Module):
         table = self.lm_head.weight
         if not self.spelled:
             return table
+        table = table * self.spell_free  # no gradient reaches the rows it keeps at 0
         spelt = F.embedding_bag(self.spell_index, self.transformer.wse.weight, self.spell_offsets,
                                 mode="sum", per_sample_weights=self.spell_weights)  # (vocab, C)
         return table + F.pad(spelt, (0, 0, 0, table.size(0) - spelt.size(0)))  # padding rows: 0

@@ -15,6 +15,15 @@ marked as the token's start (" r" at the start of " remember" is not the "r" ins
 They are numbered in order of first appearance, token by token in id order, so the same
 vocabulary gives the same numbering every time: a resumed run rebuilds exactly the table it
 saved.
+
+On a small text, a token the training split never holds has no free vector: its row is its
+spelling alone, as fastText builds the vector of a word it never saw from its n-grams. A free
+row of its own would only ever be pushed down (the token is never a target), and Adam pushes a
+row with a small but steady gradient at full speed: the default corpus's validation tokens that
+training never sees cost 11.6 nats each that way and 9.4 spelled alone (bench/recipe_trials.md).
+The vocabulary holds such tokens because load-corpus fits it on the whole text, and because BPE
+keeps the merges on the way to longer tokens. On a large text nearly all of them are such merge
+steps, which no text holds, and there the pushed-down rows are right (`free_vectors`).
 """
 
 from __future__ import annotations
@@ -22,11 +31,17 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from gpt.tokenizer import Tokenizer
 
 START = -1  # marks the token's start inside an n-gram; never a byte
+# Tokens the training split lacks are spelled alone where more than this share of its tokens
+# occur in it once: Good-Turing's estimate of how often new text holds a token the split never
+# does. The default corpus: 6.2% (spelled alone: -0.045 bits per byte); the plays and the German
+# fortunes: 0.01-0.02% (+0.004 where tried: their unseen tokens are mostly BPE's merge steps).
+NOVEL_SHARE = 0.01
 
 
 @dataclass(frozen=True)
@@ -42,24 +57,40 @@ class Spelling:
     index: torch.Tensor  # (total n-grams,) int64
     offsets: torch.Tensor  # (vocab_size,) int64
     weights: torch.Tensor  # (total n-grams,) float32
+    free: torch.Tensor  # (vocab_size,) bool
+    """Which tokens have a free vector besides their spelling (`free_vectors`)."""
 
     @property
     def vocab_size(self) -> int:
         return len(self.offsets)
 
 
-def spelling_of(tokenizer: Tokenizer, n: int) -> Spelling | None:
+def free_vectors(train_counts: np.ndarray) -> np.ndarray:
+    """Which tokens get a free vector, from how often the training split holds each: all of
+    them, but on a small text (NOVEL_SHARE) none of those it never holds."""
+    novel = (train_counts == 1).sum() / max(1, train_counts.sum())
+    return train_counts > 0 if novel > NOVEL_SHARE else np.ones(len(train_counts), dtype=bool)
+
+
+def spelling_of(tokenizer: Tokenizer, n: int, free: Sequence[bool] | None = None
+                ) -> Spelling | None:
     """The spelling of `tokenizer`'s vocabulary in n-grams up to `n` long (a model's
-    `config.spelling`); None for 0, a plain table."""
+    `config.spelling`); None for 0, a plain table. `free`: as `spell` takes it."""
     if not n:
         return None
-    return spell([tokenizer.decode_bytes([i]) for i in range(tokenizer.vocab_size)], n)
+    return spell([tokenizer.decode_bytes([i]) for i in range(tokenizer.vocab_size)], n, free)
 
 
-def spell(tokens: Sequence[bytes], n: int) -> Spelling:
-    """The byte n-grams (1 to `n` long) of every token of a vocabulary, `tokens` by id."""
+def spell(tokens: Sequence[bytes], n: int, free: Sequence[bool] | None = None) -> Spelling:
+    """The byte n-grams (1 to `n` long) of every token of a vocabulary, `tokens` by id; `free`
+    (by id; default: all) says which tokens have free vectors (training: `free_vectors`).
+
+    Without `free` (a model rebuilt from a checkpoint, for evaluation or export) every token keeps
+    its free row: a trained row without one is zero, so the model is the same."""
     if n < 1:
         raise ValueError(f"n {n!r}: must be at least 1")
+    if free is not None and len(free) != len(tokens):
+        raise ValueError(f"free: {len(free)} flags for a vocabulary of {len(tokens)}")
     ids: dict[tuple[int, ...], int] = {}
     index: list[int] = []
     offsets: list[int] = []
@@ -78,4 +109,6 @@ def spell(tokens: Sequence[bytes], n: int) -> Spelling:
         index=torch.tensor(index, dtype=torch.int64),
         offsets=torch.tensor(offsets, dtype=torch.int64),
         weights=torch.tensor(weights, dtype=torch.float32),
+        free=torch.ones(len(tokens), dtype=torch.bool) if free is None
+        else torch.as_tensor(free, dtype=torch.bool),
     )

@@ -37,7 +37,7 @@ from gpt.ema import WeightAverage
 from gpt.errors import InputError
 from gpt.export import save_export
 from gpt.model import GPT
-from gpt.spelling import spelling_of
+from gpt.spelling import free_vectors, spelling_of
 from gpt.stages import TRAIN_GPT, to_args
 from gpt.stopping import Stopped, StopRequest
 
@@ -143,7 +143,8 @@ class Trainer:
                 decay = saved_state[0].get("ema_decay")
                 if decay is None:
                     decay = DEFAULT_EMA_DECAY if checkpoint.has_average(latest) else 0.0
-        spelling = spelling_of(self.data.tokenizer, model_config.spelling)
+        free = free_vectors(self.data.train_counts)
+        spelling = spelling_of(self.data.tokenizer, model_config.spelling, free)
         self.model = GPT(model_config, spelling).to(self.device)
         self.optimizer = build_optimizer(self.model, cfg, self.device)
         self.average = WeightAverage(self.model, decay) if decay else None

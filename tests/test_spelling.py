@@ -7,16 +7,18 @@ import dataclasses
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
+from safetensors.torch import load_file
 
 from gpt import checkpoint
 from gpt.config import DEFAULT_SPELLING, GPTConfig, TrainConfig
 from gpt.export import load_export, save_export
 from gpt.model import GPT
 from gpt.rundir import RunDir
-from gpt.spelling import spell
-from gpt.tokenizer import CharTokenizer
+from gpt.spelling import free_vectors, spell
+from gpt.tokenizer import CharTokenizer, load_tokenizer
 from tests.train_fixtures import train, write_data
 
 
@@ -44,9 +46,54 @@ def _spelled_model(vocab: list[bytes]) -> GPT:
 
 def test_a_row_is_its_free_vector_plus_the_mean_of_its_n_gram_vectors() -> None:
     model = _spelled_model([b"a", b"b", b"ab"])
-    n_grams = model.transformer.wse.weight  # a, b, ^a, ^b, ab in order of appearance
+    n_grams = model.transformer.wse.weight  # a, ^a, b, ^b, ab in order of appearance
     want = model.lm_head.weight[2] + (n_grams[0] + n_grams[1] + n_grams[2] + n_grams[4]) / 4
     torch.testing.assert_close(model.embedding()[2], want)
+
+
+def test_a_token_never_in_training_is_its_spelling_alone_and_gets_no_gradient() -> None:
+    vocab = [b"a", b"b", b"ab"]
+    config = GPTConfig(n_layer=1, n_head=2, n_embd=16, block_size=8, vocab_size=3, spelling=2)
+    torch.manual_seed(0)
+    model = GPT(config, spell(vocab, 2, free=[True, False, True]))
+    table, n_grams = model.lm_head.weight, model.transformer.wse.weight  # a, ^a, b, ^b, ab
+    assert not table[1].any() and table[0].any() and table[2].any()
+    torch.testing.assert_close(model.embedding()[1], (n_grams[2] + n_grams[3]) / 2)
+    idx = torch.tensor([[0, 1, 2, 1, 0, 2]])
+    model(idx, targets=idx)[1].backward()  # "b" both input and target: still no gradient
+    assert not table.grad[1].any() and table.grad[0].any() and table.grad[2].any()
+    assert n_grams.grad[3].any()  # its spelling learns from it
+    with pytest.raises(ValueError, match="2 flags for a vocabulary of 3"):
+        spell(vocab, 2, free=[True, False])
+
+
+def test_only_a_small_text_spells_the_tokens_it_lacks_alone() -> None:
+    # 1 token in 50 occurs once (2% > NOVEL_SHARE): new text will hold tokens this one lacks.
+    small = np.array([1, 0, 3, 40, 6] + [0] * 10)
+    assert free_vectors(small).tolist() == [True, False, True, True, True] + [False] * 10
+    # 1 in 5,000: those it lacks are BPE's merge steps, which no text holds.
+    large = np.array([1, 0, 3000, 1996, 0])
+    assert free_vectors(large).all()
+
+
+def test_a_run_keeps_the_rows_of_tokens_its_training_split_lacks_at_zero(
+    root: Path, capsys
+) -> None:
+    from tests.train_fixtures import TEXT
+
+    # A small text: 80 characters once each (1.5% of the training split), and Z, z and ! in
+    # the held-out tenth alone.
+    once = "".join(chr(0x100 + i) for i in range(80))
+    run = write_data(root, "u", text=once + TEXT + "Zz!\n" * 12)
+    assert train(root, "u", "--max_iters", "6") == 0
+    assert "(3 tokens never in training: spelling alone)" in capsys.readouterr().out
+    tokenizer = load_tokenizer(run.tokenizer_json)
+    chars = "".join(tokenizer.decode([i]) for i in range(tokenizer.vocab_size))
+    unseen = [chars.index(c) for c in "Zz!"]
+    table = load_file(run.ckpt_step(6) / checkpoint.MODEL)["lm_head.weight"]
+    assert not table[unseen].any() and table[chars.index("A")].any()
+    exported, _ = load_export(run.model_dir)  # their rows there: the spelling's mean, learned
+    assert exported.lm_head.weight[unseen].abs().min(dim=1).values.all()
 
 
 def test_the_export_is_a_plain_table_with_the_spelled_models_logits(tmp_path: Path) -> None:
