@@ -62,10 +62,11 @@ def run_local(package: Path, root: Path, run: str, overrides: dict[str, Any]) ->
 
     The run's lock (gpt/runlock.py) is held for the whole pipeline, so a second pipeline on the
     same run fails at once instead of interleaving its stages with ours; the stages, our child
-    processes, run under it. kfp.local deletes its workspace directory when the pipeline ends,
-    so it gets a temporary one of its own (never root); the steps' outputs (metrics, report,
-    transcript) are staged and land in root/kfp-outputs/<run>/ when the pipeline succeeds, so a
-    pipeline killed half-way leaves none of them behind.
+    processes, run under it. The steps' outputs (metrics, report, transcript) are staged and land
+    in root/kfp-outputs/<run>/ when the pipeline succeeds, so a pipeline killed half-way leaves
+    none of them behind. kfp.local's workspace directory (which it deletes when the pipeline
+    ends, and so is never root) is staged with them: a killed pipeline's is swept with its
+    outputs by the next run, not left in the system's temporary directory.
     """
     from kfp import components, local
 
@@ -80,9 +81,12 @@ def run_local(package: Path, root: Path, run: str, overrides: dict[str, Any]) ->
         os.environ.update(runlock.environment_for_children(rundir))
         try:
             with atomic.staged_dir(outputs, what="the steps' outputs") as staged:
+                workspace = staged / ".kfp-workspace"
+                workspace.mkdir()
                 local.init(
                     runner=local.SubprocessRunner(use_venv=False),
                     pipeline_root=str(staged),
+                    workspace_root=str(workspace),
                     raise_on_error=True,
                 )
                 pipeline = components.load_component_from_file(str(package))

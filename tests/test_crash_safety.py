@@ -56,7 +56,7 @@ class Pipeline:
     Ctrl-C or a lost machine would), and when each of its steps began and ended."""
 
     def __init__(self, root: Path) -> None:
-        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", **temp_dir(root)}
         self.proc = subprocess.Popen(command(root), cwd=PROJECT, stdout=subprocess.PIPE,
                                      stderr=subprocess.STDOUT, text=True, env=env,
                                      start_new_session=True)
@@ -94,9 +94,16 @@ class Pipeline:
         return "".join(self.lines)
 
 
+def temp_dir(root: Path) -> dict[str, str]:
+    """A temporary directory of the trial's own, for its processes' environment."""
+    tmp = root.parent / f"{root.name}-tmp"
+    tmp.mkdir(exist_ok=True)
+    return {"TMPDIR": str(tmp)}
+
+
 def complete(root: Path) -> None:
     out = subprocess.run(command(root), cwd=PROJECT, capture_output=True, text=True,
-                         timeout=600)
+                         timeout=600, env={**os.environ, **temp_dir(root)})
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
 
 
@@ -138,6 +145,9 @@ def assert_nothing_half_written(root: Path) -> None:
     left = [p for p in root.rglob("*") if _LEFTOVER.match(p.name) or p.name.endswith(".lock")]
     assert not left, f"left behind: {left}"
     assert [p.name for p in (root / "kfp-outputs").iterdir()] == [RUN]
+    assert not list((root / "kfp-outputs" / RUN).glob(".kfp-workspace*"))
+    # kfp.local's workspace of a killed attempt is not left in the temporary directory
+    assert not list(Path(temp_dir(root)["TMPDIR"]).glob("kfp-workspace-*"))
 
 
 @pytest.fixture(scope="module")
