@@ -24,7 +24,7 @@ from gpt import checkpoint
 from gpt.__main__ import main as gpt_main
 from gpt.cli import build_parser
 from gpt.config import DROPOUT_REPEATED, TrainConfig
-from gpt.data import Batches, eval_offsets
+from gpt.data import Batches, count_ids, eval_offsets
 from gpt.distributed import World
 from gpt.divergence import NonFiniteLoss
 from gpt.export import load_export
@@ -203,6 +203,12 @@ def test_bad_hyper_parameters_are_one_line_errors(root: Path, capsys, flags, mes
     if "--resume" not in flags:
         assert err.count("\n") == 1 and "Traceback" not in err
     assert not (root / "r" / "ckpt").exists()
+
+
+def test_ids_are_counted_slice_by_slice_and_an_id_past_the_vocabulary_shows() -> None:
+    tokens = np.array([0, 2, 2, 5, 1, 2, 7], dtype=np.uint16)
+    assert count_ids(tokens, 4, slice_len=3).tolist() == [1, 1, 3, 0, 0, 1, 0, 1]
+    assert count_ids(tokens[:3], 4, slice_len=2).tolist() == [1, 0, 2, 0]
 
 
 def test_missing_or_inconsistent_data_is_a_one_line_error(root: Path, capsys) -> None:
