@@ -6,8 +6,8 @@ are rotary by default, or GPT-2's learned table (`position`); the MLP uses a squ
 default, or GPT-2's GELU (`activation`): the defaults learned more per CPU-second here
 (bench/recipe_trials.md), and GPT-2's choices remain so the nanoGPT reference runs unchanged.
 While it trains, the embedding can be spelled: each row the mean of vectors shared by the
-token's byte n-grams (gpt/spelling.py) plus, for a token the training split holds, a free vector
-of its own; still one matrix, which inference and the export use as a plain table.
+token's byte n-grams (gpt/spelling.py) plus, but for a token too rare in the training split, a
+free vector of its own; still one matrix, which inference and the export use as a plain table.
 Attention runs through `scaled_dot_product_attention`, which picks flash or memory-efficient
 kernels where the device has them. A `KVCache` lets generation feed one new token at a time
 instead of the whole context.
@@ -272,7 +272,7 @@ class GPT(nn.Module):
             spelled = (f" spelled in {self.transformer.wse.num_embeddings:,} byte "
                        f"1-{c.spelling}-grams")
             if alone:
-                spelled += f" ({alone:,} tokens never in training: spelling alone)"
+                spelled += f" ({alone:,} rare tokens spelled alone)"
         return (f"{self.num_params() / 1e6:.2f}M parameters: {c.n_layer} layers x {c.n_head} heads "
                 f"x {c.n_embd} wide, context {c.block_size}, vocab {c.vocab_size}{padding}"
                 f"{spelled}, dropout {c.dropout:g}")

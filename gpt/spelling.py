@@ -16,14 +16,16 @@ They are numbered in order of first appearance, token by token in id order, so t
 vocabulary gives the same numbering every time: a resumed run rebuilds exactly the table it
 saved.
 
-On a small text, a token the training split never holds has no free vector: its row is its
-spelling alone, as fastText builds the vector of a word it never saw from its n-grams. A free
-row of its own would only ever be pushed down (the token is never a target), and Adam pushes a
-row with a small but steady gradient at full speed: the default corpus's validation tokens that
-training never sees cost 11.6 nats each that way and 9.4 spelled alone (bench/recipe_trials.md).
-The vocabulary holds such tokens because load-corpus fits it on the whole text, and because BPE
-keeps the merges on the way to longer tokens. On a large text nearly all of them are such merge
-steps, which no text holds, and there the pushed-down rows are right (`free_vectors`).
+On a small text, a token the training split holds fewer than three times has no free vector:
+its row is its spelling alone, as fastText builds the vector of a word it never saw from its
+n-grams. A free row of a token training never shows would only ever be pushed down (it is never
+a target), and Adam pushes a row with a small but steady gradient at full speed: the default
+corpus's validation tokens that training never sees cost 11.6 nats each that way and 9.4
+spelled alone; and a row fitted to one or two occurrences is memorised, not learned
+(bench/recipe_trials.md). The vocabulary holds such tokens because load-corpus fits it on the
+whole text, and because BPE keeps the merges on the way to longer tokens. On a large text the
+tokens it lacks are nearly all such merge steps, which no text holds, and there the
+pushed-down rows are right (`free_vectors`).
 """
 
 from __future__ import annotations
@@ -37,11 +39,14 @@ import torch
 from gpt.tokenizer import Tokenizer
 
 START = -1  # marks the token's start inside an n-gram; never a byte
-# Tokens the training split lacks are spelled alone where more than this share of its tokens
-# occur in it once: Good-Turing's estimate of how often new text holds a token the split never
-# does. The default corpus: 6.2% (spelled alone: -0.045 bits per byte); the plays and the German
-# fortunes: 0.01-0.02% (+0.004 where tried: their unseen tokens are mostly BPE's merge steps).
+# Rare tokens are spelled alone where more than this share of the training split's tokens occur
+# in it once: Good-Turing's estimate of how often new text holds a token the split never does.
+# The default corpus: 6.2%; the plays and the German fortunes: 0.01-0.02%, where spelling the
+# tokens they lack alone cost 0.004 bits per byte (they are mostly BPE's merge steps).
 NOVEL_SHARE = 0.01
+# There, a token needs this many occurrences in the training split for a free vector: the
+# default corpus ends 1.774 with 3, 1.780 with 2, 1.808 with 1 (seed 1337), 1.863 with none.
+FREE_MIN_COUNT = 3
 
 
 @dataclass(frozen=True)
@@ -67,9 +72,11 @@ class Spelling:
 
 def free_vectors(train_counts: np.ndarray) -> np.ndarray:
     """Which tokens get a free vector, from how often the training split holds each: all of
-    them, but on a small text (NOVEL_SHARE) none of those it never holds."""
+    them, but on a small text (NOVEL_SHARE) only those it holds FREE_MIN_COUNT times or more."""
     novel = (train_counts == 1).sum() / max(1, train_counts.sum())
-    return train_counts > 0 if novel > NOVEL_SHARE else np.ones(len(train_counts), dtype=bool)
+    if novel > NOVEL_SHARE:
+        return train_counts >= FREE_MIN_COUNT
+    return np.ones(len(train_counts), dtype=bool)
 
 
 def spelling_of(tokenizer: Tokenizer, n: int, free: Sequence[bool] | None = None
