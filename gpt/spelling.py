@@ -22,10 +22,11 @@ n-grams. A free row of a token training never shows would only ever be pushed do
 a target), and Adam pushes a row with a small but steady gradient at full speed: the default
 corpus's validation tokens that training never sees cost 11.6 nats each that way and 9.4
 spelled alone; and a token seen once or twice is predicted better by its spelling alone than
-with a row fitted to those few occurrences (bench/recipe_trials.md). The vocabulary holds such tokens because load-corpus fits it on the
-whole text, and because BPE keeps the merges on the way to longer tokens. On a large text the
-tokens it lacks are nearly all such merge steps, which no text holds, and there the
-pushed-down rows are right (`free_vectors`).
+with a row fitted to those few occurrences (bench/recipe_trials.md). The vocabulary holds
+tokens training never shows because load-corpus fits it on the whole text, and because BPE
+keeps the merges on the way to longer tokens. On a large text the tokens training lacks are
+nearly all such merge steps, which no text holds, and there the pushed-down rows are right
+(`free_vectors`).
 """
 
 from __future__ import annotations
