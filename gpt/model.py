@@ -220,6 +220,12 @@ class GPT(nn.Module):
             )
         )
         self.lm_head = nn.Linear(config.n_embd, padded_vocab(config.vocab_size), bias=False)
+        # Padding ids' logits are -inf, so the softmax is the real vocabulary's alone and padding
+        # rows get no gradient. A bias the output matmul adds: masking the logits in place made
+        # backward copy the step's largest tensor, and slicing them copies it forward.
+        padding = self.lm_head.weight.size(0) - config.vocab_size
+        mask = F.pad(torch.zeros(config.vocab_size), (0, padding), value=float("-inf"))
+        self.register_buffer("logit_mask", mask if padding else None, persistent=False)
         # Weight tying: the token embedding and the output projection are one matrix, which
         # saves vocab_size * n_embd parameters and helps small models generalise.
         self.transformer.wte.weight = self.lm_head.weight
@@ -232,7 +238,6 @@ class GPT(nn.Module):
             # Rebuilt from the tokenizer, never saved (persistent=False).
             for name in ("index", "offsets", "weights"):
                 self.register_buffer(f"spell_{name}", getattr(spelling, name), persistent=False)
-            padding = self.lm_head.weight.size(0) - config.vocab_size
             free = F.pad(spelling.free.float(), (0, padding), value=1.0)[:, None]  # (padded, 1)
             self.register_buffer("spell_free", free, persistent=False)
         self.apply(self._init_weights)
@@ -328,13 +333,10 @@ class GPT(nn.Module):
         for layer, block in enumerate(self.transformer.h):
             x = block(x, rope, cache, layer)
         x = self.transformer.ln_f(x)
-        logits = F.linear(x, embedding)  # (B, T, padded vocab)
+        logits = F.linear(x, embedding, self.logit_mask)  # (B, T, padded vocab)
         if cache is not None:
             cache.advance(T)
         loss = None
         if targets is not None:
-            # Padding ids get probability 0 (in place: slicing would copy the step's largest
-            # tensor), so the loss is the real vocabulary's alone and padding rows get no gradient.
-            logits[..., self.config.vocab_size :] = float("-inf")
             loss = F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1))
         return logits[..., : self.config.vocab_size], loss  # a view: (B, T, vocab_size)

@@ -164,7 +164,11 @@ class Trainer:
                 self.log("train-gpt: not compiling, as Triton finds no C compiler ($CC, gcc or "
                          "clang) to build kernels with; install one, or pass --compile false")
         step_model = torch.compile(self.model) if compiled else self.model
-        self.step_model = DDP(step_model) if world.distributed else step_model
+        # Every buffer is a constant of the config and the tokenizer (rotary tables, the
+        # spelling, the padding mask), equal on every rank from the start: DDP's default would
+        # send rank 0's again before each forward, the spelling's 8 MB at GPT-2's vocabulary.
+        self.step_model = (DDP(step_model, broadcast_buffers=False) if world.distributed
+                           else step_model)
         self.bf16 = self._use_bf16(cfg.dtype)
         peaks = [v for k, v in PEAK_FLOPS.items() if cuda and k in torch.cuda.get_device_name()]
         self.peak_flops = world.size * peaks[0] if peaks and self.bf16 else None
