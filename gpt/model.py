@@ -106,6 +106,45 @@ def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch
     return torch.addcmul(x * cos, torch.cat((x2, x1), dim=-1), sin)
 
 
+def dropout_mask(x: torch.Tensor, p: float) -> torch.Tensor:
+    """A dropout mask like `x`, already scaled: each element 0 with probability p (rounded to a
+    multiple of 1/65536), else 1 / (1 - p).
+
+    For a CPU: PyTorch's CPU dropout draws its Bernoulli mask one element at a time, but for Intel
+    CPUs (MKL); on an AMD EPYC that was 13% of the default corpus's training step. Here every
+    64-bit draw of the same generator (so seeding and a checkpoint's RNG state govern it as they
+    do dropout) gives four elements 16 random bits each, at a quarter of the cost.
+    """
+    drop = min(round(p * 65536), 65535)  # of 65536 equally likely values of the 16 bits
+    words = torch.empty((x.numel() + 3) // 4, dtype=torch.int64, device=x.device)
+    bits = words.random_(-(2**63), None).view(torch.int16)[: x.numel()].view(x.shape)  # all 64
+    return (bits >= drop - 32768).to(x.dtype).mul_(65536 / (65536 - drop))
+
+
+class Dropout(nn.Dropout):
+    """`nn.Dropout`, with `dropout_mask` on a CPU; elsewhere the device's fused kernel."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not self.training or not self.p or x.device.type != "cpu":
+            return super().forward(x)
+        return x * dropout_mask(x, self.p)
+
+
+def causal_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout_p: float
+) -> torch.Tensor:
+    """Causal self-attention of (B, nh, T, hs) queries, keys and values, with dropout on the
+    attention weights. Written out on a CPU when there is dropout: `scaled_dot_product_attention`
+    computes the same there (its fused kernel takes no dropout) but with PyTorch's slow mask."""
+    if not dropout_p or q.device.type != "cpu":
+        return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True)
+    T = q.size(2)
+    att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(q.size(-1)))  # (B, nh, T, T)
+    future = torch.ones(T, T, dtype=torch.bool, device=q.device).triu(diagonal=1)
+    att = att.masked_fill(future, float("-inf")).softmax(dim=-1)
+    return (att * dropout_mask(att, dropout_p)) @ v  # (B, nh, T, hs)
+
+
 class CausalSelfAttention(nn.Module):
     def __init__(self, config: GPTConfig) -> None:
         super().__init__()
@@ -115,7 +154,7 @@ class CausalSelfAttention(nn.Module):
         # query, key and value projections for all heads in one matmul
         self.c_attn = nn.Linear(config.n_embd, 3 * config.n_embd, bias=config.bias)
         self.c_proj = nn.Linear(config.n_embd, config.n_embd, bias=config.bias)
-        self.resid_dropout = nn.Dropout(config.dropout)
+        self.resid_dropout = Dropout(config.dropout)
 
     def forward(
         self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor] | None,
@@ -133,7 +172,7 @@ class CausalSelfAttention(nn.Module):
         v = v.transpose(1, 2)  # (B, nh, T, hs)
         dropout_p = self.dropout if self.training else 0.0
         if cache is None:
-            y = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True)
+            y = causal_attention(q, k, v, dropout_p)
         else:
             k, v = cache.store(layer, k, v)  # (B, nh, L, hs), L = cached + T
             L = k.size(2)
@@ -171,7 +210,7 @@ class MLP(nn.Module):
         self.activation = config.activation
         self.c_fc = nn.Linear(config.n_embd, 4 * config.n_embd, bias=config.bias)
         self.c_proj = nn.Linear(4 * config.n_embd, config.n_embd, bias=config.bias)
-        self.dropout = nn.Dropout(config.dropout)
+        self.dropout = Dropout(config.dropout)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h = self.c_fc(x)  # (B, T, 4C)
@@ -214,7 +253,7 @@ class GPT(nn.Module):
         self.transformer = nn.ModuleDict(
             dict(
                 **modules,
-                drop=nn.Dropout(config.dropout),
+                drop=Dropout(config.dropout),
                 h=nn.ModuleList([Block(config) for _ in range(config.n_layer)]),
                 ln_f=nn.LayerNorm(config.n_embd, bias=config.bias),
             )

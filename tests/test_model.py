@@ -8,7 +8,16 @@ import torch.nn.functional as F
 from safetensors.torch import load_file
 
 from gpt.config import SamplingConfig
-from gpt.model import GPT, GPTConfig, ReLUSquared, Rotary, apply_rotary
+from gpt.model import (
+    GPT,
+    Dropout,
+    GPTConfig,
+    ReLUSquared,
+    Rotary,
+    apply_rotary,
+    causal_attention,
+    dropout_mask,
+)
 from gpt.sampling import generate, new_generator
 from gpt.tokenizer import CharTokenizer
 
@@ -83,6 +92,55 @@ def test_squared_relu_has_the_gradient_of_relu_squared() -> None:
     out, = torch.autograd.grad(ReLUSquared.apply(x).sum(), x)
     want, = torch.autograd.grad(F.relu(x).square().sum(), x)
     torch.testing.assert_close(out, want)
+
+
+@pytest.mark.parametrize("p", [0.2, 0.5, 0.05])
+def test_the_cpu_dropout_mask_drops_each_element_with_probability_p(p: float) -> None:
+    torch.manual_seed(0)
+    mask = dropout_mask(torch.empty(1000, 1001), p)  # not a multiple of the 4 elements per draw
+    assert mask.shape == (1000, 1001)
+    dropped = mask == 0
+    torch.testing.assert_close(mask[~dropped], torch.full_like(mask[~dropped], 1 / (1 - p)),
+                               rtol=1e-4, atol=0)  # p rounds to a multiple of 1/65536
+    # Each of the four elements one 64-bit draw makes, on its own: PyTorch's plain random_()
+    # leaves an int64's sign bit 0, which would never drop the fourth.
+    lanes = dropped.flatten()[: 1000 * 1000].view(-1, 4).float().mean(dim=0)
+    assert (lanes - p).abs().max() < 0.005, lanes  # 5 standard deviations at p = 0.5
+    assert abs(mask.mean().item() - 1.0) < 0.01  # the expectation is kept
+    torch.manual_seed(0)
+    assert torch.equal(dropout_mask(torch.empty(1000, 1001), p), mask)  # the seed decides it
+    assert not torch.equal(dropout_mask(torch.empty(1000, 1001), p), mask)  # a fresh one each
+
+
+def test_dropout_is_the_identity_but_while_training() -> None:
+    x = torch.randn(8, 16, requires_grad=True)
+    drop = Dropout(0.2)
+    assert drop.eval()(x) is x
+    assert Dropout(0.0).train()(x) is x
+    torch.manual_seed(3)
+    y = drop.train()(x)
+    torch.manual_seed(3)
+    mask = dropout_mask(x, 0.2)
+    assert torch.equal(y, x * mask) and (mask == 0).any()
+    (grad,) = torch.autograd.grad(y.sum(), x)
+    assert torch.equal(grad, mask)  # a dropped element gets no gradient
+
+
+def test_causal_attention_with_cpu_dropout_drops_attention_weights() -> None:
+    torch.manual_seed(0)
+    q, k, v = torch.randn(3, 2, 4, 8, 16, dtype=torch.float64).unbind(0)  # (B, nh, T, hs)
+    torch.manual_seed(1)
+    out = causal_attention(q, k, v, dropout_p=0.3)
+    torch.manual_seed(1)
+    mask = dropout_mask(torch.empty(2, 4, 8, 8, dtype=torch.float64), 0.3)  # the same draw
+    scores = (q @ k.transpose(-2, -1)) / 4.0  # sqrt(hs)
+    future = torch.arange(8)[None, :] > torch.arange(8)[:, None]  # key after query
+    weights = scores.masked_fill(future, float("-inf")).softmax(dim=-1)
+    torch.testing.assert_close(out, (weights * mask) @ v)
+    # Without dropout it is the fused kernel's attention; a dropped weight changes the output.
+    plain = causal_attention(q, k, v, dropout_p=0.0)
+    torch.testing.assert_close(plain, weights @ v)
+    assert not torch.allclose(out, plain)
 
 
 def test_the_order_of_the_context_reaches_the_model(model: GPT) -> None:
