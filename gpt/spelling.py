@@ -47,7 +47,7 @@ START = -1  # marks the token's start inside an n-gram; never a byte
 NOVEL_SHARE = 0.01
 # There, a token needs this many occurrences in the training split for a free vector: the
 # default corpus ends 1.774 with 3, 1.779 with 4, 1.780 with 2, 1.808 with 1 (seed 1337), 1.863
-# with none.
+# with none (the trials of bench/recipe_trials.md, run before the CPU dropout mask).
 FREE_MIN_COUNT = 3
 
 
