@@ -49,7 +49,7 @@ NANOGPT = SHARED / "peers" / "nanogpt"
 PLAYS = SHARED / "data" / "shakespeare_plays.txt"
 GPT2_CHOICES = {"position": "learned", "activation": "gelu", "spelling": 0}
 # Step lines: nanoGPT's `iter N: loss L, time T ms, mfu M%`, ours `step N/M | loss L | ...`.
-REPEATS = 3  # runs of each case on a CPU (medians and spreads in the table)
+REPEATS = 5  # runs of each case on a CPU (medians and spreads in the table): one run varies by 10%
 LOG_INTERVAL = 10  # both also log their first step: nanoGPT as iteration 0, we as step 1
 STEP_LINE = {"nanogpt": re.compile(r"^iter (\d+): loss"), "ours": re.compile(r"^step +(\d+)/")}
 DATASET = "bench"  # nanoGPT's name for our token files: data/bench/ in its working directory

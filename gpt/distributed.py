@@ -106,8 +106,11 @@ def setup(device: str) -> World:
         dev = torch.device("cpu")
         if "OMP_NUM_THREADS" not in os.environ:
             # Ranks on one machine share its cores; more threads than cores runs slower.
-            cores = len(os.sched_getaffinity(0))
-            torch.set_num_threads(max(1, cores // local_size))
+            threads = max(1, len(os.sched_getaffinity(0)) // local_size)
+            # Only where that changes the count: set_num_threads also stops MKL from running a
+            # small matmul on fewer threads than the pool has (mkl_set_dynamic(false)).
+            if threads != torch.get_num_threads():
+                torch.set_num_threads(threads)
     if world_size > 1:
         dist.init_process_group(
             backend="nccl" if dev.type == "cuda" else "gloo",

@@ -163,7 +163,9 @@ class CausalSelfAttention(nn.Module):
         B, T, C = x.size()
         nh, hs = self.n_head, C // self.n_head
         qkv = self.c_attn(x).view(B, T, 3 * nh, hs)  # queries, keys, values of all heads
-        qk, v = qkv[:, :, : 2 * nh], qkv[:, :, 2 * nh :]  # (B, T, 2nh, hs), (B, T, nh, hs)
+        # split, not two slices: its backward writes both gradients into one tensor, where each
+        # slice's would zero a gradient of qkv's full size and then add them up.
+        qk, v = qkv.split([2 * nh, nh], dim=2)  # (B, T, 2nh, hs), (B, T, nh, hs)
         if rope is not None:
             # Queries and keys in one pass (half the kernels of two); keys before they are
             # cached, so cached keys keep their own positions.

@@ -25,7 +25,7 @@ from gpt.__main__ import main as gpt_main
 from gpt.cli import build_parser
 from gpt.config import DROPOUT_REPEATED, TrainConfig
 from gpt.data import Batches, count_ids, eval_offsets
-from gpt.distributed import World
+from gpt.distributed import World, setup
 from gpt.divergence import NonFiniteLoss
 from gpt.export import load_export
 from gpt.model import GPT, GPTConfig
@@ -353,6 +353,22 @@ def test_a_smoke_test_run_needs_no_other_flag(root: Path) -> None:
     assert [r["step"] for r in rows if "loss" in r] == [1, 10, 20, 30, 40]
     lrs = [r["lr"] for r in rows]  # warmed up over 10 steps, then decayed towards min_lr
     assert lrs[1] == pytest.approx(1e-3 * 10 / 11) and lrs[-1] < 1.1e-4
+
+
+def test_one_process_leaves_a_full_thread_pool_as_torch_made_it(monkeypatch) -> None:
+    """torch.set_num_threads also turns off MKL's dynamic threading (fewer threads for a small
+    matmul; 1-2% of a baby GPT's CPU step here), so setup calls it only to change the count: for
+    ranks that share a machine's cores, not for one process that has them all."""
+    cores = len(os.sched_getaffinity(0))
+    calls: list[int] = []
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setattr(torch, "get_num_threads", lambda: cores)
+    monkeypatch.setattr(torch, "set_num_threads", calls.append)
+    setup("cpu")
+    assert calls == []
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", str(2 * cores))  # torchrun's, without a process group
+    setup("cpu")
+    assert calls == [1]
 
 
 def test_every_metrics_row_has_the_elapsed_time(root: Path) -> None:
