@@ -40,6 +40,18 @@ def _umask() -> int:
     return mask
 
 
+def _shareable(path: Path) -> None:
+    """Give `path` the mode an ordinary open() or mkdir() would (0644 / 0755 under umask 022).
+
+    The next stage, a notebook or a model server may run as another uid (same fsGroup) on the
+    shared volume. Temporary names are made private (mkstemp 0600, mkdtemp 0700), and some writers
+    make their own private temporary file and rename it over ours (safetensors >= 0.6 does), so
+    the mode is set again once the writer is done.
+    """
+    default = 0o777 if path.is_dir() else 0o666
+    path.chmod(default & ~_umask())
+
+
 def _fsync_file(path: Path) -> None:
     with open(path, "rb") as f:
         os.fsync(f.fileno())
@@ -91,13 +103,11 @@ def atomic_path(dest: Path | str, *, what: str) -> Iterator[Path]:
     with writing(dest, what):
         dest.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent)
-        # mkstemp makes 0600; the next stage may run as another uid (same fsGroup) on the shared
-        # volume, so give the file the permissions an ordinary open() would.
-        os.fchmod(fd, 0o666 & ~_umask())
         os.close(fd)
         tmp_path = Path(tmp)
         try:
             yield tmp_path
+            _shareable(tmp_path)
             _fsync_file(tmp_path)
             os.replace(tmp_path, dest)
             fsync_dir(dest.parent)
@@ -126,7 +136,7 @@ def append_jsonl(dest: Path | str, obj: Any, *, what: str) -> None:
     line = (json.dumps(obj, ensure_ascii=False, sort_keys=True) + "\n").encode("utf-8")
     with writing(dest, what):
         dest.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(dest, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        fd = os.open(dest, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)  # as open() does
         try:
             end = os.fstat(fd).st_size
             try:
@@ -156,14 +166,16 @@ def staged_dir(dest: Path | str, *, what: str) -> Iterator[Path]:
         dest.parent.mkdir(parents=True, exist_ok=True)
         stage = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", suffix=".staging", dir=dest.parent))
         try:
-            stage.chmod(0o777 & ~_umask())  # mkdtemp makes 0700: see atomic_path
             try:
                 yield stage
             except DiskFull as e:
                 if stage not in e.path.parents:
                     raise
                 raise DiskFull(dest / e.path.relative_to(stage), e.what) from e
-            for f in stage.rglob("*"):
+            for f in [stage, *stage.rglob("*")]:
+                if f.is_symlink():
+                    continue  # chmod would change what it points to
+                _shareable(f)
                 if f.is_file():
                     _fsync_file(f)
             fsync_dir(stage)

@@ -6,6 +6,8 @@ import os
 import stat
 
 import pytest
+import safetensors.torch
+import torch
 
 from gpt import atomic
 
@@ -35,17 +37,34 @@ def test_staged_dir_replaces_only_when_complete(tmp_path) -> None:
     assert sorted(os.listdir(tmp_path)) == ["data"]
 
 
-def test_outputs_are_group_and_world_readable_under_default_umask(tmp_path) -> None:
-    old = os.umask(0o022)
+def _mode(path) -> int:
+    return stat.S_IMODE(os.stat(path).st_mode)
+
+
+@pytest.mark.parametrize(("umask", "file_mode", "dir_mode"),
+                         [(0o022, 0o644, 0o755), (0o002, 0o664, 0o775), (0o077, 0o600, 0o700)])
+def test_outputs_take_the_mode_the_umask_gives(tmp_path, umask, file_mode, dir_mode) -> None:
+    """Whatever mode a writer gives its own file (safetensors makes its own private temporary file
+    and renames it over ours), what lands has the mode open() and mkdir() give under the umask."""
+    old = os.umask(umask)
     try:
         atomic.write_text(tmp_path / "f", "x", what="w")
+        with atomic.atomic_path(tmp_path / "w.safetensors", what="w") as tmp:
+            safetensors.torch.save_file({"w": torch.zeros(2)}, str(tmp))
         with atomic.staged_dir(tmp_path / "d", what="w") as stage:
             atomic.write_text(stage / "g", "y", what="w")
+            safetensors.torch.save_file({"w": torch.zeros(2)}, str(stage / "model.safetensors"))
+            (stage / "sub").mkdir(mode=0o700)
+            private = stage / "sub" / "private"
+            private.write_text("z")
+            private.chmod(0o600)
+        atomic.append_jsonl(tmp_path / "t.jsonl", {"a": 1}, what="w")
     finally:
         os.umask(old)
-    assert stat.S_IMODE(os.stat(tmp_path / "f").st_mode) == 0o644
-    assert stat.S_IMODE(os.stat(tmp_path / "d").st_mode) == 0o755
-    assert stat.S_IMODE(os.stat(tmp_path / "d" / "g").st_mode) == 0o644
+    for f in ("f", "w.safetensors", "d/g", "d/model.safetensors", "d/sub/private", "t.jsonl"):
+        assert _mode(tmp_path / f) == file_mode, f
+    assert _mode(tmp_path / "d") == dir_mode
+    assert _mode(tmp_path / "d" / "sub") == dir_mode
 
 
 def test_append_jsonl_appends_whole_lines(tmp_path) -> None:
