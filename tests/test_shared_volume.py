@@ -1,5 +1,5 @@
-"""A run's files are readable by another uid: the next stage, a notebook, or a model server (KServe's
-predictor, `transformers serve`) may run with its own securityContext on the shared volume."""
+"""A run's files are readable by another uid: the next stage, a notebook or a model server
+(KServe's predictor, `transformers serve`) may run with its own securityContext on the volume."""
 
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from train_fixtures import train
 
 from gpt.__main__ import main as gpt_main
 from gpt.rundir import RunDir
-from train_fixtures import train
 
 NOBODY = 65534  # not the uid that wrote the run
 
