@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import secrets
 import signal
 import socket
@@ -31,10 +32,33 @@ CRDS = Path("trainer-crds") / "v2.3.0"
 START = Path("k8s-apiserver") / "start.sh"
 
 
+def _ephemeral_ports() -> range:
+    """The ports the kernel hands out to outgoing connections and to bind(port 0)."""
+    try:
+        low, high = map(int, Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+    except (OSError, ValueError):
+        low, high = 32768, 60999  # Linux's default
+    return range(low, high + 1)
+
+
+_PICK = random.SystemRandom()  # not the random module's: a test may seed that, in every session
+
+
 def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A free port outside the ephemeral range: one picked inside it may become the local port
+    of any connection (the API server's own to etcd among them) before the server binds it."""
+    ephemeral = _ephemeral_ports()
+    for _ in range(200):
+        port = _PICK.randrange(10000, 32000)
+        if port in ephemeral or port + 1 in ephemeral:
+            continue
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError("no free port below the ephemeral range")
 
 
 def _free_pair() -> int:
@@ -107,27 +131,62 @@ def apply_crds(api_client, paths: list[Path]) -> None:
 def running(shared: Path, workdir: Path) -> Iterator[ApiServer]:
     """etcd and the API server in `workdir` with the Trainer CRDs applied (about a second);
     stopped by their pids on exit. The benchmarks use it too."""
-    api_port = _free_port()
-    env = dict(os.environ, ETCD_PORT=str(_free_pair()), API_PORT=str(api_port))
-    started = subprocess.run(
-        ["bash", str(shared / START), str(workdir)],
-        env=env, capture_output=True, text=True, timeout=120,
-    )
     try:
-        if started.returncode != 0:
-            raise RuntimeError(f"start.sh failed:\n{started.stdout}\n{started.stderr}")
+        api_port = _start(shared, workdir)
         server = ApiServer(workdir, workdir / "kubeconfig", f"https://127.0.0.1:{api_port}")
         _wait_healthy(workdir, server.url)
         apply_crds(server.client(), sorted((shared / CRDS).glob("trainer.kubeflow.org_*.yaml")))
         yield server
     finally:
-        for pidfile in ("apiserver.pid", "etcd.pid"):
-            path = workdir / pidfile
-            if path.exists():
-                try:
-                    os.kill(int(path.read_text().strip()), signal.SIGTERM)
-                except ProcessLookupError:
-                    pass
+        _stop(workdir)
+
+
+# A port found free may still be taken before etcd or the API server binds it (by another test
+# session's server): start.sh then waits its minute for a server that never comes, so its logs
+# are watched, and it is started again on other ports.
+_PORT_TAKEN = "address already in use"
+_START_TRIES = 5
+
+
+def _start(shared: Path, workdir: Path) -> int:
+    """Start etcd and the API server on free ports; the API server's port."""
+    for _ in range(_START_TRIES):
+        api_port = _free_port()
+        env = dict(os.environ, ETCD_PORT=str(_free_pair()), API_PORT=str(api_port))
+        for log in ("etcd.log", "apiserver.log"):
+            (workdir / log).unlink(missing_ok=True)
+        with subprocess.Popen(["bash", str(shared / START), str(workdir)], env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as start:
+            end = time.monotonic() + 120
+            while start.poll() is None and time.monotonic() < end:
+                if _PORT_TAKEN in _read(workdir / "etcd.log") + _read(workdir / "apiserver.log"):
+                    break
+                time.sleep(0.1)
+            if start.poll() is None:
+                start.kill()
+            said = start.communicate()[0]
+        if start.returncode == 0:
+            return api_port
+        said += _read(workdir / "etcd.log") + _read(workdir / "apiserver.log")
+        _stop(workdir)
+        if _PORT_TAKEN not in said:
+            break
+    raise RuntimeError(f"start.sh failed:\n{said[-3000:]}")
+
+
+def _read(path: Path) -> str:
+    return path.read_text(errors="replace") if path.exists() else ""
+
+
+def _stop(workdir: Path) -> None:
+    for pidfile in ("apiserver.pid", "etcd.pid"):
+        path = workdir / pidfile
+        if path.exists():
+            try:
+                os.kill(int(path.read_text().strip()), signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+            path.unlink()
 
 
 def available(shared: Path) -> str | None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 
 import pytest
 
@@ -78,7 +79,9 @@ def test_time_to_quality_sends_corpus_flags_to_the_corpus_stage(tmp_path):
 def test_time_to_quality_times_our_default_to_the_quality_nanogpt_reaches(shared, tmp_path):
     """The quick run: nanoGPT itself (20 iterations) and our default recipe (3 s) on the comedy,
     nanoGPT's checkpoint scored by our evaluator."""
+    began = time.monotonic()
     main(["--quick", "--results", str(tmp_path), "time_to_quality"])
+    took = time.monotonic() - began
 
     doc = json.loads((tmp_path / "time_to_quality.json").read_text())
     nanogpt, ours = doc["rows"]
@@ -88,7 +91,8 @@ def test_time_to_quality_times_our_default_to_the_quality_nanogpt_reaches(shared
     flags = nanogpt["train_flags"]
     assert (flags["max_iters"], flags["lr_decay_iters"], flags["eval_interval"]) == (20, 20, 20)
     assert (flags["device"], flags["compile"], flags["dtype"]) == ("cpu", False, "float32")
-    assert nanogpt["steps"] == 20 and 0 < nanogpt["train s"] < 60
+    # Its training time, part of the benchmark's own (no wall-clock bound: the machine may be busy).
+    assert nanogpt["steps"] == 20 and 0 < nanogpt["train s"] < took
     # Its checkpoint is a trained model, scored like nanoGPT's own estimate of it (its 20
     # random batches, ours evenly spread windows), and below chance (~6 bits per character).
     assert nanogpt["best bpb"] == pytest.approx(nanogpt["own_val_bpb"], abs=0.1)
