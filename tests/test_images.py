@@ -78,14 +78,18 @@ def instructions(dockerfile: Path) -> list[tuple[str, str]]:
     return [(ins.upper(), rest.strip()) for ins, _, rest in (s.partition(" ") for s in logical)]
 
 
+def run_commands(run: str) -> list[list[str]]:
+    """The commands of one RUN (split at &&, its --mount flags dropped), as argument lists."""
+    return [shlex.split(command) for command in re.sub(r"^(--mount=\S+\s+)+", "", run).split("&&")]
+
+
 def shell_commands(dockerfile: Path) -> list[list[str]]:
-    """Every command of every RUN (split at &&), as argument lists."""
-    return [
-        shlex.split(command)
-        for ins, rest in instructions(dockerfile)
-        if ins == "RUN"
-        for command in rest.split("&&")
-    ]
+    """Every command of every RUN, as argument lists."""
+    return [c for ins, rest in instructions(dockerfile) if ins == "RUN" for c in run_commands(rest)]
+
+
+def pip_installs_in(run: str) -> list[list[str]]:
+    return [c[2:] for c in run_commands(run) if c[:2] == ["pip", "install"]]
 
 
 def pip_installs(dockerfile: Path) -> list[list[str]]:
@@ -95,7 +99,7 @@ def pip_installs(dockerfile: Path) -> list[list[str]]:
 
 def positional(args: list[str]) -> list[str]:
     """What pip installs: the arguments that are neither options nor option values."""
-    takes_value = {"--extra-index-url", "--index-url", "--requirement", "-r"}
+    takes_value = {"--extra-index-url", "--index-url", "--find-links", "--requirement", "-r"}
     out, skip = [], False
     for a in args:
         if skip:
@@ -224,10 +228,27 @@ def test_components_and_pipeline_import_without_the_workload_dependencies() -> N
 
 
 @pytest.mark.parametrize("dockerfile", [WORKLOAD_DOCKERFILE, COMPONENT_DOCKERFILE], ids=str)
-def test_base_image_is_pinned(dockerfile: Path) -> None:
-    bases = [rest for ins, rest in instructions(dockerfile) if ins == "FROM"]
-    assert len(bases) == 1
-    assert re.fullmatch(r"python:3\.11\.\d+-slim-\w+", bases[0]), bases[0]
+def test_base_image_is_pinned_and_replaceable(dockerfile: Path) -> None:
+    # The image starts from BASE_IMAGE, by default the pinned official Python image; the only
+    # other stage is the empty wheelhouse a WHEELHOUSE build replaces with its folder.
+    steps = instructions(dockerfile)
+    assert [rest for ins, rest in steps if ins == "FROM"] == ["scratch AS wheelhouse",
+                                                              "${BASE_IMAGE}"]  # fmt: skip
+    default = dict(rest.split("=", 1) for ins, rest in steps if ins == "ARG" and "=" in rest)
+    assert re.fullmatch(r"python:3\.11\.\d+-slim-\w+", default["BASE_IMAGE"]), default
+    assert steps.index(("ARG", "BASE_IMAGE=" + default["BASE_IMAGE"])) == 0  # before any FROM
+
+
+@pytest.mark.parametrize("dockerfile", [WORKLOAD_DOCKERFILE, COMPONENT_DOCKERFILE], ids=str)
+def test_every_pip_install_sees_the_wheelhouse(dockerfile: Path) -> None:
+    # WHEELHOUSE builds: PIP_NO_INDEX=true and the wheels at /wheelhouse, for every install.
+    runs = [r for ins, r in instructions(dockerfile) if ins == "RUN" and "pip install" in r]
+    assert runs
+    for run in runs:
+        assert run.startswith("--mount=type=bind,from=wheelhouse,target=/wheelhouse "), run
+        for args in pip_installs_in(run):
+            assert args[:2] == ["--find-links", "/wheelhouse"], args
+    assert ("ARG", "PIP_NO_INDEX=false") in instructions(dockerfile)
 
 
 def dockerignored(path: str, patterns: list[str]) -> bool:
