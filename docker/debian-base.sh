@@ -15,7 +15,7 @@ set -euo pipefail
 
 image=${1:?usage: docker/debian-base.sh IMAGE [TOOL]}
 tool=${2:-buildah}
-if "$tool" image inspect "$image" >/dev/null 2>&1; then
+if { [ "$tool" = buildah ] && buildah inspect --type image "$image" || "$tool" image inspect "$image"; } >/dev/null 2>&1; then
     echo "debian-base.sh: $image exists; keeping it"
     exit 0
 fi
