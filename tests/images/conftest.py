@@ -95,7 +95,10 @@ def wheelhouse() -> Path:
 
 def checkout_copy(dest: Path) -> Path:
     """This checkout's files (tracked and untracked, not ignored), so that `make build-images`
-    recompiles the pipeline there and not here."""
+    recompiles the pipeline there and not here. Every file and folder dated 1970: Buildah's
+    layer cache keys a COPY on its files' metadata too, and a fresh clone's dates are new, so
+    the layers are reused across clones only when the dates are fixed; and pyproject.toml older
+    than this venv's stamp, so make uses the venv as it is."""
     listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
                             cwd=PROJECT, check=True, capture_output=True).stdout  # fmt: skip
     files = listed.split(b"\0")
@@ -103,6 +106,8 @@ def checkout_copy(dest: Path) -> Path:
         if (PROJECT / name).is_file():
             (dest / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(PROJECT / name, dest / name)
+    for path in [*dest.rglob("*"), dest]:
+        os.utime(path, (0, 0), follow_symlinks=False)
     return dest
 
 
@@ -113,8 +118,6 @@ def built(tmp_path_factory) -> Built:
     base, wheels = base_image(), wheelhouse()
     checkout = checkout_copy(tmp_path_factory.mktemp("checkout"))
     venv = Path(sys.executable).parent.parent
-    # The copy's pyproject.toml older than this venv's stamp: make uses the venv as it is.
-    os.utime(checkout / "pyproject.toml", (0, 0))
     start = time.monotonic()
     result = subprocess.run(
         ["make", "--no-print-directory", "build-images", f"CONTAINER_TOOL={BUILDAH}",
