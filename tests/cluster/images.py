@@ -51,8 +51,15 @@ class Image:
         """(uid, gid, groups) of the image's USER, as `docker run` without --user runs it."""
         return self.identity({}, {})
 
-    def environment(self, container_env: dict[str, str]) -> dict[str, str]:
-        return {**self.env, **container_env}
+    def environment(self, container_env: dict[str, str], uid: int) -> dict[str, str]:
+        """The image's env under the container's; HOME, where neither sets it, the user's home
+        in the image's /etc/passwd, else / (runc libcontainer/init_linux.go, setupUser)."""
+        env = {**self.env, **container_env}
+        if "HOME" not in env:
+            passwd = (self.rootfs / "etc" / "passwd").read_text().splitlines()
+            homes = {int(f[2]): f[5] for f in (line.split(":") for line in passwd) if len(f) > 5}
+            env["HOME"] = homes.get(uid, "/")
+        return env
 
     def cwd(self, container: dict[str, Any]) -> str:
         return container.get("workingDir") or self.workdir or "/"
@@ -66,7 +73,7 @@ def container_command(image: Image, spec_file: Path, argv: list[str], env: dict[
     `mounts` maps container paths to folders here."""
     uid, gid, groups = identity
     spec = {"rootfs": str(image.rootfs), "uid": uid, "gid": gid, "groups": groups, "cwd": cwd,
-            "env": image.environment(env), "argv": argv,
+            "env": image.environment(env, uid), "argv": argv,
             "mounts": [[str(folder), path] for path, folder in mounts.items()]}  # fmt: skip
     spec_file.write_text(json.dumps(spec, indent=1))
     return [sys.executable, str(PID1), sys.executable, str(CONTAINER), str(spec_file)]
