@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -113,14 +114,23 @@ def test_the_pipeline_runs_in_the_images_end_to_end(built, image_rootfs, trainer
     for name, value in step_env(compiled, ns, RUN_ID).items():
         monkeypatch.setenv(name, value)
     steps: list[Path] = []
+    # The step's credentials, readable by the image's user (a step reads its service account's
+    # token; here the test server's kube config and the client certificate it names).
+    kube = tmp_path / "kube"
+    shutil.copytree(apiserver.workdir / "pki", kube / "pki")
+    (kube / "config").write_text(apiserver.kubeconfig.read_text()
+                                 .replace(str(apiserver.workdir), str(kube)))  # fmt: skip
+    for path in [kube, *kube.rglob("*")]:
+        path.chmod(0o755 if path.is_dir() else 0o644)
 
     def in_component_image(full_command: list[str], env_vars=None) -> int:
         # kfp.local put this Python in place of the image's `python3`: put it back.
         argv = [part.replace(sys.executable, "python3") for part in full_command]
-        env = {k: v for k, v in os.environ.items() if k == "KUBECONFIG" or k.startswith("GPT_")}
+        env = {k: v for k, v in os.environ.items() if k.startswith("GPT_")}
+        env["KUBECONFIG"] = str(kube / "config")
         spec = tmp_path / f"step-{len(steps)}.json"
         steps.append(spec)
-        mounts = {str(tmp_path): tmp_path, str(apiserver.workdir): apiserver.workdir}
+        mounts = {str(tmp_path): tmp_path}
         command = container_command(component, spec, argv, {**env, **(env_vars or {})}, mounts,
                                     component.own_identity(), component.workdir)  # fmt: skip
         done = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -130,6 +140,9 @@ def test_the_pipeline_runs_in_the_images_end_to_end(built, image_rootfs, trainer
     monkeypatch.setattr(subprocess_task_handler, "run_local_subprocess", in_component_image)
     # KFP's launcher makes a step's output folders as the step's user; kfp.local makes them
     # here, as root: writable by all, so the image's user can write its outputs there.
+    tmp_path.chmod(0o755)
+    (tmp_path / "kfp").mkdir()
+    (tmp_path / "kfp").chmod(0o777)
     old_umask = os.umask(0)
     try:
         local.init(runner=local.SubprocessRunner(use_venv=False),
@@ -167,4 +180,5 @@ def test_the_pipeline_runs_in_the_images_end_to_end(built, image_rootfs, trainer
     load = run_in(image_rootfs[built.workload], ["python", "-c", script, f"/gpt/{RUN_ID}/model"],
                   tmp_path, mounts={"/gpt": tmp_path / "pvc"})  # fmt: skip
     assert load.returncode == 0, load.stdout + load.stderr
-    assert load.stdout.split()[0] == "GPT2LMHeadModel", load.stdout
+    config = json.loads((rundir / "model" / "config.json").read_text())
+    assert load.stdout.split() == [config["architectures"][0], str(config["vocab_size"])]
