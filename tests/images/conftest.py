@@ -58,7 +58,19 @@ def why_not_built() -> str | None:
     return None
 
 
-def base_image() -> str:
+def say(config: pytest.Config, text: str) -> None:
+    """A line in pytest's own output, captured or not: what the run built on and measured."""
+    with config.pluginmanager.get_plugin("capturemanager").global_and_fixture_disabled():
+        config.pluginmanager.get_plugin("terminalreporter").write_line(f"\nimages: {text}")
+
+
+@pytest.fixture
+def report(pytestconfig):
+    """say() for a test."""
+    return lambda text: say(pytestconfig, text)
+
+
+def base_image(config: pytest.Config) -> str:
     """The official base where it can be pulled, else the Debian stand-in (made once)."""
     try:
         pulled = subprocess.run([BUILDAH, "pull", "--quiet", OFFICIAL_BASE], capture_output=True,
@@ -70,9 +82,8 @@ def base_image() -> str:
     if shutil.which("mmdebstrap") is None:
         pytest.skip(f"{OFFICIAL_BASE} cannot be pulled and mmdebstrap is not installed for the "
                     "stand-in base (apt-get install mmdebstrap)")  # fmt: skip
-    print(f"\nimages: {OFFICIAL_BASE} cannot be pulled here; building on the stand-in "
-          f"{STAND_IN_BASE}, Debian bookworm's python3 (docker/debian-base.sh)",
-          flush=True)  # fmt: skip
+    say(config, f"{OFFICIAL_BASE} cannot be pulled here; building on the stand-in "
+                f"{STAND_IN_BASE}, Debian bookworm's python3 (docker/debian-base.sh)")
     subprocess.run([str(PROJECT / "docker" / "debian-base.sh"), STAND_IN_BASE, BUILDAH],
                    check=True)  # fmt: skip
     return STAND_IN_BASE
@@ -112,10 +123,10 @@ def checkout_copy(dest: Path) -> Path:
 
 
 @pytest.fixture(scope="session")
-def built(tmp_path_factory) -> Built:
+def built(tmp_path_factory, pytestconfig) -> Built:
     if reason := why_not_built():
         pytest.skip(reason)
-    base, wheels = base_image(), wheelhouse()
+    base, wheels = base_image(pytestconfig), wheelhouse()
     checkout = checkout_copy(tmp_path_factory.mktemp("checkout"))
     venv = Path(sys.executable).parent.parent
     start = time.monotonic()
@@ -127,7 +138,7 @@ def built(tmp_path_factory) -> Built:
     seconds = time.monotonic() - start
     log = result.stdout + result.stderr
     assert result.returncode == 0, log[-5000:]
-    print(f"\nimages: make build-images took {seconds:.0f} s", flush=True)
+    say(pytestconfig, f"make build-images took {seconds:.0f} s")
     return Built(images.workload_image(), images.component_image(), base, checkout, log, seconds)
 
 

@@ -62,9 +62,11 @@ def test_the_build_asked_no_index_and_installed_the_wheelhouse_torch(built, imag
     assert f"image: {built.component}" in compiled and built.workload in compiled
 
 
-def test_images_fit_their_budgets_and_nothing_runs_as_root(built, image_rootfs, tmp_path):
+def test_images_fit_their_budgets_and_nothing_runs_as_root(built, image_rootfs, tmp_path,
+                                                           report):  # fmt: skip
     sizes = {name: image_size(name) for name in (built.workload, built.component)}
-    print(f"\nimages: sizes {sizes}, base {built.base}")
+    report(", ".join(f"{name} {size / 1e9:.2f} GB" for name, size in sizes.items())
+        + f" (on {built.base})")
     assert sizes[built.workload] <= WORKLOAD_BUDGET, sizes
     assert sizes[built.component] <= COMPONENT_BUDGET, sizes
     for name, image in image_rootfs.items():
