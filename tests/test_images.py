@@ -1,9 +1,9 @@
 """Container images: one source of their names (images.env), the Dockerfiles, `make build-images`.
 
 `make test` checks the Dockerfiles statically (parsed, and hadolint) and the Makefile with
-`make -n` and fake engines; `make test-images` (tests/images/) builds the images and runs them. Every image reference the project ships must
-agree with images.env: the runtimes and their kustomization, the components' base_image, the
-compiled pipeline and the README.
+`make -n` and fake engines; `make test-images` (tests/images/) builds the images and runs them.
+Every image reference the project ships must agree with images.env: the runtimes and their
+kustomization, the components' base_image, the compiled pipeline and the README.
 """
 
 from __future__ import annotations

@@ -45,6 +45,8 @@ class Built:
     workload: str
     component: str
     base: str
+    stand_in: bool
+    """The base is docker/debian-base.sh's, the official one being out of reach."""
     checkout: Path
     log: str
     seconds: float
@@ -139,7 +141,8 @@ def built(tmp_path_factory, pytestconfig) -> Built:
     log = result.stdout + result.stderr
     assert result.returncode == 0, log[-5000:]
     say(pytestconfig, f"make build-images took {seconds:.0f} s")
-    return Built(images.workload_image(), images.component_image(), base, checkout, log, seconds)
+    return Built(images.workload_image(), images.component_image(), base,
+                 base == STAND_IN_BASE, checkout, log, seconds)  # fmt: skip
 
 
 @pytest.fixture(scope="session")

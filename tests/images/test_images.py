@@ -60,6 +60,13 @@ def test_the_build_asked_no_index_and_installed_the_wheelhouse_torch(built, imag
     assert probe.stdout.strip() == "2.13.0+cpu"  # the wheelhouse's, from this machine's disk
     compiled = (built.checkout / "pipeline" / "gpt_trainjobs_pipeline.yaml").read_text()
     assert f"image: {built.component}" in compiled and built.workload in compiled
+    # docs/cluster.md shows the commands this build ran (tests/images/conftest.py).
+    guide = (built.checkout / "docs" / "cluster.md").read_text()
+    ran = ["make wheelhouse WHEELHOUSE=", "make build-images WHEELHOUSE=",
+           "make wheelhouse TORCH_INDEX_URL=`", "CONTAINER_TOOL=podman"]
+    if built.stand_in:
+        ran += [f"docker/debian-base.sh {built.base} buildah", f"BASE_IMAGE={built.base}"]
+    assert all(command in guide for command in ran), [c for c in ran if c not in guide]
 
 
 def test_images_fit_their_budgets_and_nothing_runs_as_root(built, image_rootfs, tmp_path,
