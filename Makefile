@@ -15,9 +15,13 @@ include images.env
 export IMAGE_REGISTRY IMAGE_TAG
 WORKLOAD_IMAGE = $(IMAGE_REGISTRY)/gpt-workload:$(IMAGE_TAG)
 COMPONENT_IMAGE = $(IMAGE_REGISTRY)/gpt-component:$(IMAGE_TAG)
-# Docker, Podman or Buildah: the first of them that can build here, unless CONTAINER_TOOL names one.
+# Docker, Podman or Buildah: the first of them that can build here, unless CONTAINER_TOOL names one
+# (looked for once, and only by the targets that use it).
 CONTAINER_TOOLS := docker podman buildah
-CONTAINER_TOOL ?= $(firstword $(foreach tool,$(CONTAINER_TOOLS),$(if $(shell $(tool) info >/dev/null 2>&1 && echo up),$(tool))))
+ifndef CONTAINER_TOOL
+CONTAINER_TOOL = $(eval CONTAINER_TOOL := $(firstword $(foreach tool,$(CONTAINER_TOOLS),$(if \
+	$(shell $(tool) info >/dev/null 2>&1 && echo up),$(tool)))))$(CONTAINER_TOOL)
+endif
 # Buildah (and Podman's builds) here: chroot isolation (no nested runtime needed, as root) and
 # every step a cached layer, so a rebuild after a code change reuses the dependency layers.
 export BUILDAH_ISOLATION ?= chroot
