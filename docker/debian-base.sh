@@ -23,7 +23,7 @@ command -v mmdebstrap >/dev/null || { echo "debian-base.sh: error: mmdebstrap no
 
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-echo "debian-base.sh: making a Debian bookworm root filesystem with python3 and pip (about a minute)"
+echo "debian-base.sh: making a Debian bookworm root filesystem with python3 and pip (about two minutes)"
 # Check-Valid-Until off: a Debian snapshot mirror serves Release files past their Valid-Until
 # date, and the Dockerfiles' `apt-get update` runs in this root filesystem.
 mmdebstrap --variant=minbase --include=python3,python3-pip,ca-certificates \
