@@ -20,7 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+# Starts a container's first process as PID 1 of its own PID namespace.
 PID1 = Path(__file__).with_name("pid1.py")
+# Runs it in an image's root filesystem as the pod's user.
 CONTAINER = Path(__file__).with_name("container.py")
 
 

@@ -61,7 +61,6 @@ from components.podlogs import STATUS_FILE, UID_FILE
 
 # kubernetes staging/src/k8s.io/apimachinery/pkg/util/rand/rand.go: generateName's alphabet.
 _SUFFIX = "bcdfghjklmnpqrstvwxz2456789"
-# Starts a container's first process as PID 1 of its own PID namespace.
 # kubernetes pkg/apis/core/v1/defaults.go: a pod's terminationGracePeriodSeconds defaults to 30.
 DEFAULT_GRACE_S = 30
 # kubernetes pkg/kubelet/kubelet.go: image pulls back off from backOffPeriod (10 s), doubling to
