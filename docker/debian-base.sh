@@ -36,6 +36,7 @@ mmdebstrap --variant=minbase --include=python3,python3-pip,ca-certificates \
 if [ "$tool" = buildah ]; then
     # buildah has no `import`: a container from scratch with the tarball added, committed.
     ctr=$(buildah from scratch)
+    trap 'rm -rf "$work"; buildah rm "$ctr" >/dev/null 2>&1' EXIT  # gone already once committed
     buildah add --quiet "$ctr" "$work/rootfs.tar" / >/dev/null
     buildah config --cmd '["python3"]' --env PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin "$ctr"
     buildah commit --quiet --rm "$ctr" "$image" >/dev/null
