@@ -15,12 +15,30 @@ include images.env
 export IMAGE_REGISTRY IMAGE_TAG
 WORKLOAD_IMAGE = $(IMAGE_REGISTRY)/gpt-workload:$(IMAGE_TAG)
 COMPONENT_IMAGE = $(IMAGE_REGISTRY)/gpt-component:$(IMAGE_TAG)
-CONTAINER_TOOL ?= docker
+# Docker, Podman or Buildah: the first of them that can build here, unless CONTAINER_TOOL names one
+# (looked for once, and only by the targets that use it).
+CONTAINER_TOOLS := docker podman buildah
+ifndef CONTAINER_TOOL
+CONTAINER_TOOL = $(eval CONTAINER_TOOL := $(firstword $(foreach tool,$(CONTAINER_TOOLS),$(if \
+	$(shell $(tool) info >/dev/null 2>&1 && echo up),$(tool)))))$(CONTAINER_TOOL)
+endif
+# Buildah (and Podman's builds) here: chroot isolation (no nested runtime needed, as root) and
+# every step a cached layer, so a rebuild after a code change reuses the dependency layers.
+export BUILDAH_ISOLATION ?= chroot
+export BUILDAH_LAYERS ?= true
 # CPU PyTorch; https://download.pytorch.org/whl/cu128 (or another CUDA index) for a CUDA build.
 TORCH_INDEX_URL ?= https://download.pytorch.org/whl/cpu
+# BASE_IMAGE: the Python image both images start from (default: the Dockerfiles' pinned official
+# one); a registry's mirror of it, or docker/debian-base.sh's stand-in.
+BASE_IMAGE ?=
+# WHEELHOUSE=DIR: an air-gapped build, pip installing only from DIR's wheels and asking no index
+# (fill DIR with `make wheelhouse WHEELHOUSE=DIR` on a connected machine).
+WHEELHOUSE ?=
+BUILD_FLAGS = $(if $(BASE_IMAGE),--build-arg BASE_IMAGE=$(BASE_IMAGE)) \
+	$(if $(WHEELHOUSE),--build-context wheelhouse=$(abspath $(WHEELHOUSE)) --build-arg PIP_NO_INDEX=true)
 
 .DEFAULT_GOAL := help
-.PHONY: help install demo prompt compile test bench bench-quick lint clean build-images push-images set-images container-tool
+.PHONY: help install demo prompt compile test test-images bench bench-quick lint clean build-images push-images set-images container-tool wheelhouse
 
 help:  ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -49,6 +67,11 @@ compile: $(STAMP)  ## compile the pipeline to pipeline/gpt_trainjobs_pipeline.ya
 test: $(STAMP)  ## run the test suite
 	$(PY) -m pytest
 
+# Root with Buildah and mmdebstrap (apt-get install buildah mmdebstrap); skipped, with the reason,
+# elsewhere. Layers, the base image and the wheelhouse stay on the machine for the next run.
+test-images: $(STAMP)  ## build both images here and run the stages and a pipeline step inside them
+	GPT_TEST_IMAGES=1 $(PY) -m pytest tests/images
+
 # Benchmarks report, never fail: tables on stdout, JSON per benchmark and summary.md in
 # bench/results/. `make bench BENCH=train` runs one.
 bench: $(STAMP)  ## run every benchmark in bench/ (a few minutes on 2 cores)
@@ -63,9 +86,11 @@ lint: $(STAMP)  ## static checks
 	$(PY) -m yamllint --strict runtimes manifests
 
 build-images: container-tool  ## build both images, then point runtimes/ and the pipeline at them
-	$(CONTAINER_TOOL) build --file docker/workload.Dockerfile \
+	$(if $(WHEELHOUSE),$(if $(wildcard $(WHEELHOUSE)/*.whl),,$(error WHEELHOUSE=$(WHEELHOUSE) has no wheels: fill it with make wheelhouse WHEELHOUSE=$(WHEELHOUSE))))
+	$(CONTAINER_TOOL) build --file docker/workload.Dockerfile $(BUILD_FLAGS) \
 		--build-arg TORCH_INDEX_URL=$(TORCH_INDEX_URL) --tag $(WORKLOAD_IMAGE) .
-	$(CONTAINER_TOOL) build --file docker/component.Dockerfile --tag $(COMPONENT_IMAGE) .
+	$(CONTAINER_TOOL) build --file docker/component.Dockerfile $(BUILD_FLAGS) \
+		--tag $(COMPONENT_IMAGE) .
 	$(MAKE) --no-print-directory set-images compile
 
 push-images: container-tool  ## push both images to IMAGE_REGISTRY
@@ -75,9 +100,21 @@ push-images: container-tool  ## push both images to IMAGE_REGISTRY
 set-images:  ## point runtimes/ (kustomize images:) at IMAGE_REGISTRY/IMAGE_TAG without building
 	$(PYTHON) docker/set_image.py runtimes/kustomization.yaml gpt-workload=$(WORKLOAD_IMAGE)
 
+# Every wheel both images install, their build backend's too, for WHEELHOUSE builds: run it with
+# the images' Python (3.11, Linux x86_64), as pip builds the wheels of sdist-only packages.
+wheelhouse:  ## fill WHEELHOUSE=DIR with the wheels both images install (on a connected machine)
+	$(if $(WHEELHOUSE),,$(error make wheelhouse: name the folder to fill, WHEELHOUSE=DIR))
+	@mkdir -p $(WHEELHOUSE)
+	{ for extra in '' serve pipeline build-system; do \
+		$(PYTHON) docker/requirements.py pyproject.toml $$extra || exit 1; done; } \
+		> $(WHEELHOUSE)/requirements.txt
+	$(PYTHON) -m pip wheel --wheel-dir $(WHEELHOUSE) --requirement $(WHEELHOUSE)/requirements.txt \
+		$(if $(TORCH_INDEX_URL),--extra-index-url $(TORCH_INDEX_URL))
+
 # One line saying what is missing, before any build starts: $(error) stops make right here.
 container-tool:
-	$(if $(shell command -v $(CONTAINER_TOOL) 2>/dev/null),,$(error $(CONTAINER_TOOL) not found: install Docker or Podman and pass CONTAINER_TOOL=docker or podman))
+	$(if $(CONTAINER_TOOL),,$(error no container tool can build here: none of $(CONTAINER_TOOLS) answers '<tool> info' (no Docker engine, Podman or Buildah); install one (apt-get install buildah) or start the Docker daemon))
+	$(if $(shell command -v $(CONTAINER_TOOL) 2>/dev/null),,$(error $(CONTAINER_TOOL) not found: install Docker, Podman or Buildah and pass CONTAINER_TOOL=docker, podman or buildah))
 	$(if $(shell $(CONTAINER_TOOL) info >/dev/null 2>&1 && echo up),,$(error $(CONTAINER_TOOL) is installed but no engine answers '$(CONTAINER_TOOL) info': start the Docker daemon or the Podman machine))
 
 clean:  ## remove local runs and caches (keeps .venv)

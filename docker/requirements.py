@@ -4,7 +4,10 @@ The Dockerfiles install dependencies in a layer of their own (rebuilt only when 
 changes, so PyTorch is not downloaded again on every code change) from this output:
 pyproject.toml stays the only list of dependencies.
 
-usage: python requirements.py PYPROJECT [EXTRA]   (no EXTRA: the core dependencies)
+EXTRA `build-system` prints the build backend's requirements (what `pip install .` needs from a
+wheelhouse when no index is asked).
+
+usage: python requirements.py PYPROJECT [EXTRA]   (no EXTRA, or '': the core dependencies)
 """
 
 from __future__ import annotations
@@ -15,8 +18,11 @@ import tomllib
 
 def requirements(pyproject: str, extra: str | None = None) -> list[str]:
     with open(pyproject, "rb") as f:
-        project = tomllib.load(f)["project"]
-    if extra is None:
+        toml = tomllib.load(f)
+    project = toml["project"]
+    if extra == "build-system":
+        return list(toml["build-system"]["requires"])
+    if not extra:
         return list(project.get("dependencies", []))
     extras = project.get("optional-dependencies", {})
     if extra not in extras:

@@ -2,11 +2,21 @@
 # Build context: the repository root (see .dockerignore). `make build-images` builds it;
 # CPU PyTorch by default, a CUDA build with
 #   make build-images TORCH_INDEX_URL=https://download.pytorch.org/whl/cu128
-FROM python:3.11.14-slim-bookworm
+# and with no index at all from a folder of wheels: make build-images WHEELHOUSE=DIR.
+ARG BASE_IMAGE=python:3.11.14-slim-bookworm
+
+# The wheels of an air-gapped build, mounted at /wheelhouse while pip runs: empty unless
+# `--build-context wheelhouse=DIR` (make build-images WHEELHOUSE=DIR) puts a folder here.
+FROM scratch AS wheelhouse
+
+# The official Python image, or a registry's mirror of it (make build-images BASE_IMAGE=...).
+FROM ${BASE_IMAGE}
 
 # The PyTorch wheel index: its +cpu (or +cuXXX) build of the torch version pyproject.toml pins
 # outranks PyPI's build of the same version; PyPI still serves everything else.
 ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu
+# true: pip asks no index and installs only from /wheelhouse (make build-images WHEELHOUSE=DIR).
+ARG PIP_NO_INDEX=false
 
 ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
@@ -30,16 +40,19 @@ WORKDIR /opt/gpt-trainjobs
 # Dependencies first, read from pyproject.toml, in a layer that survives code changes: the core
 # ones, and the serve extra's (`transformers serve`, manifests/serve/transformers-serve.yaml).
 COPY pyproject.toml docker/requirements.py ./
-RUN python requirements.py pyproject.toml > requirements.txt \
+RUN --mount=type=bind,from=wheelhouse,target=/wheelhouse \
+    python requirements.py pyproject.toml > requirements.txt \
  && python requirements.py pyproject.toml serve >> requirements.txt \
- && pip install --extra-index-url "${TORCH_INDEX_URL}" --requirement requirements.txt
+ && pip install --find-links /wheelhouse --extra-index-url "${TORCH_INDEX_URL}" \
+        --requirement requirements.txt
 # The project itself, from pyproject.toml (its dependencies are satisfied by now); the GPT-2 BPE
 # ranks ship inside the package, so nothing is downloaded at run time.
 COPY README.md ./
 COPY gpt/ gpt/
 COPY components/ components/
 COPY pipeline/ pipeline/
-RUN pip install --extra-index-url "${TORCH_INDEX_URL}" . \
+RUN --mount=type=bind,from=wheelhouse,target=/wheelhouse \
+    pip install --find-links /wheelhouse --extra-index-url "${TORCH_INDEX_URL}" . \
  && pip check \
  && python -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda)"
 

@@ -10,7 +10,7 @@ import pytest
 from apiserver import apiserver, custom_api, kubeconfig_env  # noqa: E402, F401
 
 # The Trainer-faithful test cluster on that server (tests/cluster/).
-from cluster import pvc, trainer_cluster  # noqa: E402, F401
+from cluster import pvc, run_images, trainer_cluster  # noqa: E402, F401
 
 PROJECT = Path(__file__).resolve().parent.parent
 SHARED = PROJECT.parent / "shared"

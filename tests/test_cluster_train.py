@@ -32,11 +32,12 @@ FLAGS = {
 }  # fmt: skip
 
 
-def train_on_cluster(cluster, run: str, nodes: int, procs: int, **flags) -> dict[str, bytes]:
+def train_on_cluster(cluster, run: str, nodes: int, procs: int, image: str = "gpt-workload:t",
+                     **flags) -> dict[str, bytes]:  # fmt: skip
     """train-gpt through its component path (run_stage, backend trainjob) on `cluster`."""
     values = {"root": "/gpt", "run": run, **FLAGS, **flags}
     placement = Placement(num_nodes=nodes, num_proc_per_node=procs, timeout=120)
-    return run_stage("train-gpt", values, placement, backend="trainjob", image="gpt-workload:t",
+    return run_stage("train-gpt", values, placement, backend="trainjob", image=image,
                      namespace=cluster.namespace, say=lambda _: None)  # fmt: skip
 
 

@@ -1,9 +1,9 @@
 """Container images: one source of their names (images.env), the Dockerfiles, `make build-images`.
 
-No container engine runs here, so the Dockerfiles are checked statically (parsed, and hadolint)
-and the Makefile with `make -n` and fake engines. Every image reference the project ships must
-agree with images.env: the runtimes and their kustomization, the components' base_image, the
-compiled pipeline and the README.
+`make test` checks the Dockerfiles statically (parsed, and hadolint) and the Makefile with
+`make -n` and fake engines; `make test-images` (tests/images/) builds the images and runs them.
+Every image reference the project ships must agree with images.env: the runtimes and their
+kustomization, the components' base_image, the compiled pipeline and the README.
 """
 
 from __future__ import annotations
@@ -78,14 +78,18 @@ def instructions(dockerfile: Path) -> list[tuple[str, str]]:
     return [(ins.upper(), rest.strip()) for ins, _, rest in (s.partition(" ") for s in logical)]
 
 
+def run_commands(run: str) -> list[list[str]]:
+    """The commands of one RUN (split at &&, its --mount flags dropped), as argument lists."""
+    return [shlex.split(command) for command in re.sub(r"^(--mount=\S+\s+)+", "", run).split("&&")]
+
+
 def shell_commands(dockerfile: Path) -> list[list[str]]:
-    """Every command of every RUN (split at &&), as argument lists."""
-    return [
-        shlex.split(command)
-        for ins, rest in instructions(dockerfile)
-        if ins == "RUN"
-        for command in rest.split("&&")
-    ]
+    """Every command of every RUN, as argument lists."""
+    return [c for ins, rest in instructions(dockerfile) if ins == "RUN" for c in run_commands(rest)]
+
+
+def pip_installs_in(run: str) -> list[list[str]]:
+    return [c[2:] for c in run_commands(run) if c[:2] == ["pip", "install"]]
 
 
 def pip_installs(dockerfile: Path) -> list[list[str]]:
@@ -95,7 +99,7 @@ def pip_installs(dockerfile: Path) -> list[list[str]]:
 
 def positional(args: list[str]) -> list[str]:
     """What pip installs: the arguments that are neither options nor option values."""
-    takes_value = {"--extra-index-url", "--index-url", "--requirement", "-r"}
+    takes_value = {"--extra-index-url", "--index-url", "--find-links", "--requirement", "-r"}
     out, skip = [], False
     for a in args:
         if skip:
@@ -224,10 +228,27 @@ def test_components_and_pipeline_import_without_the_workload_dependencies() -> N
 
 
 @pytest.mark.parametrize("dockerfile", [WORKLOAD_DOCKERFILE, COMPONENT_DOCKERFILE], ids=str)
-def test_base_image_is_pinned(dockerfile: Path) -> None:
-    bases = [rest for ins, rest in instructions(dockerfile) if ins == "FROM"]
-    assert len(bases) == 1
-    assert re.fullmatch(r"python:3\.11\.\d+-slim-\w+", bases[0]), bases[0]
+def test_base_image_is_pinned_and_replaceable(dockerfile: Path) -> None:
+    # The image starts from BASE_IMAGE, by default the pinned official Python image; the only
+    # other stage is the empty wheelhouse a WHEELHOUSE build replaces with its folder.
+    steps = instructions(dockerfile)
+    assert [rest for ins, rest in steps if ins == "FROM"] == ["scratch AS wheelhouse",
+                                                              "${BASE_IMAGE}"]  # fmt: skip
+    default = dict(rest.split("=", 1) for ins, rest in steps if ins == "ARG" and "=" in rest)
+    assert re.fullmatch(r"python:3\.11\.\d+-slim-\w+", default["BASE_IMAGE"]), default
+    assert steps.index(("ARG", "BASE_IMAGE=" + default["BASE_IMAGE"])) == 0  # before any FROM
+
+
+@pytest.mark.parametrize("dockerfile", [WORKLOAD_DOCKERFILE, COMPONENT_DOCKERFILE], ids=str)
+def test_every_pip_install_sees_the_wheelhouse(dockerfile: Path) -> None:
+    # WHEELHOUSE builds: PIP_NO_INDEX=true and the wheels at /wheelhouse, for every install.
+    runs = [r for ins, r in instructions(dockerfile) if ins == "RUN" and "pip install" in r]
+    assert runs
+    for run in runs:
+        assert run.startswith("--mount=type=bind,from=wheelhouse,target=/wheelhouse "), run
+        for args in pip_installs_in(run):
+            assert args[:2] == ["--find-links", "/wheelhouse"], args
+    assert ("ARG", "PIP_NO_INDEX=false") in instructions(dockerfile)
 
 
 def dockerignored(path: str, patterns: list[str]) -> bool:
@@ -482,3 +503,77 @@ def test_set_image_refuses_what_it_cannot_do(repo: str, ref: str, error: str) ->
     text = (PROJECT / "runtimes" / "kustomization.yaml").read_text()
     with pytest.raises(ValueError, match=re.escape(error)):
         set_image(text, repo, ref)
+
+
+def fake_tools(tmp_path: Path, **info_exits: int) -> dict:
+    """Fake container tools on PATH, each logging its calls; `info` exits as given."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    for name, code in info_exits.items():
+        tool = bin_dir / name
+        tool.write_text(f'#!/bin/sh\n[ "$1" != info ] || exit {code}\n')
+        tool.chmod(0o755)
+    return {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
+
+
+def build_lines(result: subprocess.CompletedProcess) -> dict[str, str]:
+    """Dockerfile name -> the build command `make -n build-images` printed for it."""
+    commands = " ".join(result.stdout.replace("\\\n", " ").split(" "))
+    line = re.compile(r"\S+ build --file docker/(\w+)\.Dockerfile.*")
+    return {m.group(1): " ".join(m.group(0).split()) for m in line.finditer(commands)}
+
+
+def test_make_builds_with_the_first_tool_that_can_build_here(tmp_path: Path) -> None:
+    env = fake_tools(tmp_path, fakedocker=1, fakepodman=0, fakebuildah=0)
+    build = make("-n", "build-images", "CONTAINER_TOOLS=fakedocker fakepodman fakebuildah", env=env)
+    assert build.returncode == 0, build.stderr
+    lines = build_lines(build)
+    assert set(lines) == {"workload", "component"}
+    assert all(line.startswith("fakepodman build ") for line in lines.values()), lines
+    # Named, it wins over the first that answers.
+    named = make("-n", "build-images", "CONTAINER_TOOLS=fakedocker fakepodman fakebuildah",
+                 "CONTAINER_TOOL=fakebuildah", env=env)  # fmt: skip
+    assert all(line.startswith("fakebuildah build ") for line in build_lines(named).values())
+
+
+def test_make_says_in_one_line_when_no_tool_can_build_here(tmp_path: Path) -> None:
+    env = fake_tools(tmp_path, fakedocker=1, fakepodman=1)
+    result = make("build-images", "CONTAINER_TOOLS=fakedocker fakepodman", env=env)
+    assert result.returncode != 0
+    assert result.stderr.strip().count("\n") == 0, result.stderr
+    assert "no container tool can build here" in result.stderr and "buildah" in result.stderr
+
+
+def test_make_builds_from_a_wheelhouse_on_a_base_image_asking_no_index(tmp_path: Path) -> None:
+    env = fake_tools(tmp_path, fakedocker=0)
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    empty = make("build-images", "CONTAINER_TOOL=fakedocker", f"WHEELHOUSE={wheels}", env=env)
+    assert empty.returncode != 0 and empty.stderr.strip().count("\n") == 0, empty.stderr
+    assert f"WHEELHOUSE={wheels} has no wheels" in empty.stderr
+    (wheels / "torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl").touch()
+    mirror = "mirror.example.com/library/python:3.11.14-slim-bookworm"
+    build = make("-n", "build-images", "CONTAINER_TOOL=fakedocker", f"WHEELHOUSE={wheels}",
+                 f"BASE_IMAGE={mirror}", env=env)  # fmt: skip
+    for line in build_lines(build).values():
+        assert f"--build-context wheelhouse={wheels} --build-arg PIP_NO_INDEX=true" in line, line
+        assert f"--build-arg BASE_IMAGE={mirror}" in line
+    plain = make("-n", "build-images", "CONTAINER_TOOL=fakedocker", env=env)
+    for line in build_lines(plain).values():
+        assert "wheelhouse" not in line and "PIP_NO_INDEX" not in line and "BASE_IMAGE" not in line
+
+
+def test_make_wheelhouse_fills_the_folder_with_what_both_images_install(tmp_path: Path) -> None:
+    wheels = tmp_path / "wheels"
+    dry = make("-n", "wheelhouse", f"WHEELHOUSE={wheels}", "TORCH_INDEX_URL=")
+    assert dry.returncode == 0, dry.stderr
+    commands = " ".join(dry.stdout.replace("\\\n", " ").split())
+    # The core dependencies, the extras the images install, and the build backend.
+    assert "for extra in '' serve pipeline build-system" in commands
+    assert f"-m pip wheel --wheel-dir {wheels} --requirement {wheels}/requirements.txt" in commands
+    assert "--extra-index-url" not in commands  # TORCH_INDEX_URL empty: pip's own config
+    toml = str(PROJECT / "pyproject.toml")
+    assert requirements(toml, "build-system") == pyproject()["build-system"]["requires"]
+    assert requirements(toml, "") == pyproject()["project"]["dependencies"]
+    missing = make("wheelhouse")
+    assert missing.returncode != 0 and "WHEELHOUSE=DIR" in missing.stderr

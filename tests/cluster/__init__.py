@@ -10,10 +10,12 @@ its upstream file. The step side reads the pods' logs through components/podlogs
 
 Not emulated (a real cluster may still differ here):
 - images: the container runs this machine's Python; `image` is only looked up in the kubelet's
-  registry (a set of names; unset, every image pulls), never pulled;
-- runAsUser/fsGroup, seccomp, capabilities, resource limits (no OOM kills, no GPUs), `tty`
-  (stdin is a pipe nobody writes; no attach); scheduling is a request checked against one
-  machine's capacity (no other pods' requests, affinity, taints);
+  registry (a set of names; unset, every image pulls), never pulled. Where the images are built
+  (`make test-images`, tests/images/) the `run_images` fixture gives the kubelet them, and each
+  container runs in its image's root filesystem as the pod's user (cluster/images.py);
+- runAsUser/fsGroup (but with run_images), seccomp, capabilities, resource limits (no OOM
+  kills, no GPUs), `tty` (stdin is a pipe nobody writes; no attach); scheduling is a request
+  checked against one machine's capacity (no other pods' requests, affinity, taints);
 - the pod status: only phase, PodScheduled and container `node`'s state; the kubelet's
   core/v1 Event recorder (repeats of one reason with other messages fold into one series);
 - network isolation: pods share 127.0.0.1 (PET_MASTER_PORT is mapped to a free port);
@@ -50,7 +52,7 @@ UPSTREAM_RUNTIME = Path("trainer-crds") / "v2.3.0" / "reference-torch_distribute
 # Two shared cores: one thread per process (torchrun sets it only for > 1 process per node).
 NODE_ENV = {"OMP_NUM_THREADS": "1"}
 
-__all__ = ["Claim", "Cluster", "Kubelet", "pvc", "runtimes", "trainer_cluster"]
+__all__ = ["Claim", "Cluster", "Kubelet", "pvc", "run_images", "runtimes", "trainer_cluster"]
 
 
 def runtimes(shared: Path) -> list[dict]:
@@ -60,7 +62,15 @@ def runtimes(shared: Path) -> list[dict]:
 
 
 @pytest.fixture
-def trainer_cluster(shared, apiserver, custom_api, tmp_path, monkeypatch) -> Iterator[Cluster]:
+def run_images() -> dict | None:
+    """The built images the kubelet runs containers in, by name; None: this machine's venv
+    (tests/images/conftest.py overrides it with the images `make test-images` builds)."""
+    return None
+
+
+@pytest.fixture
+def trainer_cluster(shared, apiserver, custom_api, tmp_path, monkeypatch,
+                    run_images) -> Iterator[Cluster]:  # fmt: skip
     """A cluster serving a fresh namespace, its PVC `gpt-pvc` = `tmp_path/pvc`; the step side's
     kube config and pod logs point at it. Stopped (its pods deleted) at the end, where an error
     of the cluster itself (not of a TrainJob) fails the test."""
@@ -71,7 +81,8 @@ def trainer_cluster(shared, apiserver, custom_api, tmp_path, monkeypatch) -> Ite
     (tmp_path / "pvc").mkdir()
     ns = namespace()
     # ReadWriteOnce, as manifests/base/pvc.yaml makes it.
-    kubelet = Kubelet(tmp_path / "pods", {(ns, "gpt-pvc"): Claim(tmp_path / "pvc")}, NODE_ENV)
+    kubelet = Kubelet(tmp_path / "pods", {(ns, "gpt-pvc"): Claim(tmp_path / "pvc")}, NODE_ENV,
+                      run_images=run_images)  # fmt: skip
     monkeypatch.setenv("KUBECONFIG", str(apiserver.kubeconfig))
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
     monkeypatch.setenv(LOG_DIR_ENV, str(kubelet.logs))

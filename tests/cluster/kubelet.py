@@ -26,6 +26,10 @@ What a pod gets here, and how that stands in for a node:
   as where it is not modelled); a pod whose image is not there never starts (ErrImagePull, then
   ImagePullBackOff, `_ImagePull`). Every machine has `capacity`; a pod requesting more of a
   resource than that is unschedulable (`_unfit`).
+- a built image (`run_images`, cluster/images.py): the container runs in the image's root
+  filesystem (cluster/container.py), as the securityContext's user with fsGroup, the image's env
+  under the spec's, the volumes bound at their mount paths (not rewritten), PID 1 of its own PID
+  namespace; network and /dev stay this machine's.
 """
 
 from __future__ import annotations
@@ -44,20 +48,19 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from cluster.events import EventRecorder
+from cluster.images import PID1, Image, container_command, set_volume_ownership
 from cluster.render import COMPLETION_INDEX, NODE, Rendered
 from components.podlogs import STATUS_FILE, UID_FILE
 
 # kubernetes staging/src/k8s.io/apimachinery/pkg/util/rand/rand.go: generateName's alphabet.
 _SUFFIX = "bcdfghjklmnpqrstvwxz2456789"
-# Starts a container's first process as PID 1 of its own PID namespace.
-PID1 = Path(__file__).with_name("pid1.py")
 # kubernetes pkg/apis/core/v1/defaults.go: a pod's terminationGracePeriodSeconds defaults to 30.
 DEFAULT_GRACE_S = 30
 # kubernetes pkg/kubelet/kubelet.go: image pulls back off from backOffPeriod (10 s), doubling to
@@ -340,11 +343,17 @@ class Kubelet:
         rotation: LogRotation = LogRotation(),
         images: Collection[str] | None = None,
         capacity: dict[str, str] = CAPACITY,
+        run_images: Mapping[str, Image] | None = None,
     ):
         """`claims`: the bound PVCs by (namespace, name); `images`: those the registry has
-        (None: any); `capacity`: each machine's resources (Quantity strings)."""
+        (None: any); `capacity`: each machine's resources (Quantity strings); `run_images`:
+        built images by name, whose root filesystem a pod's container then runs in (as its
+        user, PID 1 of its own PID namespace, its volumes bound: cluster/container.py), where
+        the registry has only them; None: every container runs this machine's venv."""
         self.logs, self.node_env = logs, node_env
-        self.images, self.capacity = images, capacity
+        self.run_images = run_images
+        self.images = set(run_images) if run_images is not None else images
+        self.capacity = capacity
         self.claims: dict[tuple[str, str], Claim] = {}
         # Who says why a pod waits: the scheduler (tools/events, as Trainer) and the
         # attach-detach controller (its older core/v1 recorder's count is not modelled).
@@ -468,22 +477,23 @@ class Kubelet:
                 status.waiting("ContainerCreating")  # until its first pull fails
             else:
                 status.running()
+        image = None if pending or self.run_images is None else self.run_images[status.image]
         if pending:  # the container never starts: a process that waits stands in for the pod
             mounts, argv = {}, [sys.executable, "-c", "import signal; signal.pause()"]
+        elif image is not None:  # paths stay as they are: the volumes are bound there
+            argv = plan.container.get("command", []) + plan.container.get("args", [])
         else:
             argv = [_remap(a, mounts) for a in plan.container.get("command", []) +
                     plan.container.get("args", [])]  # fmt: skip
-        namespaced = not pending and pid_namespaces()
-        if namespaced:
-            argv = [sys.executable, str(PID1), *argv]
-        local = {k: _remap(v, mounts) for k, v in env.items()}
+        namespaced = not pending and (image is not None or pid_namespaces())
+        local = {k: v if image else _remap(v, mounts) for k, v in env.items()}
         if "PET_MASTER_ADDR" in env:  # node 0's DNS name and the JobSet's port, as mapped here
             local.update(PET_MASTER_ADDR="127.0.0.1", PET_MASTER_PORT=str(port))
         local.update(
             # kubernetes pkg/kubelet/kubelet_pods.go: HOSTNAME is the pod's hostname
             # (JobSet sets it to <jobset>-<rjob>-<jobIndex>-<podIndex>).
             HOSTNAME=f"{plan.name}-{NODE}-0-{index}",
-            PATH=f"{Path(sys.executable).parent}:/usr/bin:/bin",
+            **({} if image else {"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin"}),
             **self.node_env,
         )
         (folder / UID_FILE).write_text(meta["uid"])
@@ -491,6 +501,10 @@ class Kubelet:
         (folder / "pod.json").write_text(json.dumps({"env": env, "argv": argv}, indent=1))
         work = folder / "cwd"
         work.mkdir()
+        if image is not None:
+            argv = _in_image(image, plan, mounts, local, argv, folder)
+        elif namespaced:
+            argv = [sys.executable, str(PID1), *argv]
         proc = subprocess.Popen(
             argv, env=local, cwd=work, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
             # A container with `stdin: true` has it open; nobody writes unless attached.
@@ -664,6 +678,23 @@ def _remap(text: str, mounts: dict[str, Path]) -> str:
     for path, folder in mounts.items():
         text = re.sub(rf"(?<![\w./-]){re.escape(path)}(?![\w.-])", str(folder), text)
     return text
+
+
+def _in_image(image: Image, plan: Rendered, mounts: dict[str, Path], env: dict[str, str],
+              argv: list[str], folder: Path) -> list[str]:  # fmt: skip
+    """The command running the pod's container in `image`: its volumes get the pod's fsGroup
+    first; /tmp is the pod's own (a container's writable layer is its own, where here the
+    image's pods share one root filesystem)."""
+    fs_group = (plan.pod_spec.get("securityContext") or {}).get("fsGroup")
+    if fs_group is not None:
+        for volume in mounts.values():
+            set_volume_ownership(volume, fs_group)
+    tmp = folder / "tmp"
+    tmp.mkdir()
+    tmp.chmod(0o1777)
+    return container_command(image, folder / "container.json", argv, env,
+                             {**mounts, "/tmp": tmp}, image.identity(plan.pod_spec, plan.container),
+                             image.cwd(plan.container))  # fmt: skip
 
 
 def _claims(plan: Rendered) -> list[str]:
