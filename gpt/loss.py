@@ -33,6 +33,30 @@ def rows_per_chunk(vocab: int) -> int:
     return 1 << (rows.bit_length() - 1)
 
 
+def _chunk(xc, weight, bias, yc, keep, scale, grad: bool):
+    """One chunk of rows: its summed loss, and with `grad` the gradients of the loss's mean
+    (`scale` = 1 / the count of kept rows) with respect to `xc` and `weight`. A function of its
+    own so that the chunk's logits are freed before the next chunk's are computed."""
+    low = F.linear(xc, weight, bias)  # (rows, V), in autocast's type if on
+    compute, logits = low.dtype, low.float()  # compute: the type autograd's matmuls would run in
+    del low
+    picked = logits.gather(1, yc[:, None]).squeeze(1)  # (rows,)
+    # log-sum-exp in place (torch.logsumexp would hold two more chunks): the chunk's one buffer
+    # becomes exp(logits - max), then the softmax
+    peak = logits.amax(dim=-1, keepdim=True)  # (rows, 1)
+    exps = logits.sub_(peak).exp_()
+    sums = exps.sum(dim=-1, keepdim=True)  # (rows, 1)
+    lse = (peak + sums.log()).squeeze(1)  # (rows,)
+    total = torch.where(keep, lse - picked, 0.0).sum()
+    if not grad:
+        return total, None, None
+    # d loss / d logits = (softmax - one-hot) * scale, 0 on the rows left out
+    probs = exps.div_(sums)
+    probs.scatter_add_(1, yc[:, None], -torch.ones_like(probs[:, :1]))
+    g = probs.mul_((keep * scale)[:, None]).to(compute)  # (rows, V)
+    return total, g @ weight, g.t() @ xc  # autocast casts the matmuls as in F.linear's backward
+
+
 class _LinearCrossEntropy(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, weight, bias, targets, ignore_index: int, rows: int, grad: bool):
@@ -42,25 +66,14 @@ class _LinearCrossEntropy(torch.autograd.Function):
         grad_x = torch.empty_like(x) if grad else None  # (N, C)
         grad_w = torch.zeros_like(weight, dtype=torch.float32) if grad else None  # (V, C)
         for start in range(0, x.size(0), rows):
-            xc, keep = x[start : start + rows], valid[start : start + rows]
-            yc = torch.where(keep, targets[start : start + rows], 0)  # ignored rows: any id
-            low = F.linear(xc, weight, bias)  # (rows, V), in autocast's type if on
-            logits = low.float()
-            compute, low = low.dtype, None  # the type autograd's matmuls would run in
-            picked = logits.gather(1, yc[:, None]).squeeze(1)  # (rows,)
-            # log-sum-exp in place (torch.logsumexp would hold two more chunks): the chunk's
-            # one buffer becomes exp(logits - max), then the softmax
-            peak = logits.amax(dim=-1, keepdim=True)  # (rows, 1)
-            exps = logits.sub_(peak).exp_()
-            sums = exps.sum(dim=-1, keepdim=True)  # (rows, 1)
-            lse = (peak + sums.log()).squeeze(1)  # (rows,)
-            total += torch.where(keep, lse - picked, 0.0).sum()
-            if grad:  # d loss / d logits = (softmax - one-hot) / count, 0 on ignored rows
-                probs = exps.div_(sums)
-                probs.scatter_add_(1, yc[:, None], -torch.ones_like(probs[:, :1]))
-                g = probs.mul_((keep / count)[:, None]).to(compute)  # (rows, V)
-                grad_x[start : start + rows] = g @ weight  # autocast casts as in F.linear
-                grad_w += g.t() @ xc  # (V, C), summed in float32
+            part = slice(start, start + rows)
+            keep = valid[part]
+            yc = torch.where(keep, targets[part], 0)  # an ignored row's target: any id
+            loss, gx, gw = _chunk(x[part], weight, bias, yc, keep, 1 / count, grad)
+            total += loss
+            if grad:
+                grad_x[part] = gx
+                grad_w += gw  # (V, C), summed in float32
         if grad:
             ctx.save_for_backward(grad_x, grad_w)
         ctx.weight_dtype = weight.dtype
