@@ -157,8 +157,8 @@ def test_non_finite_loss_stops_with_the_weights_of_the_last_finite_step(root: Pa
     trainer = Trainer(cfg, World())
     forward, calls = GPT.forward, []
 
-    def poisoned(self, idx, targets=None, cache=None):
-        logits, loss = forward(self, idx, targets, cache)
+    def poisoned(self, idx, targets=None, cache=None, embedding=None):
+        logits, loss = forward(self, idx, targets, cache, embedding)
         calls.append(1)
         return logits, (loss * float("nan") if len(calls) == 8 and targets is not None else loss)
 
