@@ -248,10 +248,10 @@ class GPT(nn.Module):
     chunked_loss: bool | None = None
     """Whether `forward` computes the loss of `targets` in chunks of positions
     (`gpt.loss.linear_cross_entropy`), never forming the whole (B, T, padded vocab) logits, and
-    returns no logits with it. None: on CUDA, where those logits and their float32 copies are a
-    training step's largest tensors (13.2 GB each at GPT-2's shape, 64 sequences a micro-step);
-    not on a CPU, whose runs keep their bits (the chunks sum in another order) and whose small
-    vocabularies gain nothing from it."""
+    returns no logits with it (train-gpt's --chunked_loss). None: on CUDA, where those logits and
+    their float32 copies are a training step's largest tensors (13.2 GB each at GPT-2's shape, 64
+    sequences a micro-step); not on a CPU, whose runs keep their bits (the chunks sum in another
+    order) and whose small vocabularies gain nothing from it."""
 
     def __init__(self, config: GPTConfig, spelling: Spelling | None = None) -> None:
         super().__init__()

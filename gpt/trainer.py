@@ -180,6 +180,7 @@ class Trainer:
         free = free_vectors(self.data.train_counts)
         spelling = spelling_of(self.data.tokenizer, model_config.spelling, free)
         self.model = GPT(model_config, spelling).to(self.device)
+        self.model.chunked_loss = cfg.chunked_loss
         self.optimizer = build_optimizer(self.model, cfg, self.device)
         self.average = WeightAverage(self.model, decay) if decay else None
         """The weights that evaluation and the export use, when there is an average."""
