@@ -21,6 +21,7 @@ import torch
 from safetensors.torch import load_file, load_model
 
 from gpt import checkpoint
+from gpt import trainer as trainer_module
 from gpt.__main__ import main as gpt_main
 from gpt.cli import build_parser
 from gpt.config import DROPOUT_REPEATED, TrainConfig
@@ -32,7 +33,6 @@ from gpt.model import GPT, GPTConfig
 from gpt.rundir import DataMeta, RunDir
 from gpt.spelling import spell, spelling_of
 from gpt.tokenizer import load_tokenizer
-from gpt import trainer as trainer_module
 from gpt.trainer import Trainer, lr_at
 from tests.train_fixtures import ONE_THREAD, records, train, write_data
 
