@@ -103,8 +103,8 @@ def measure(case: str, shape: dict[str, Any], device: str) -> dict[str, Any]:
             with torch.autocast(device, dtype=torch.bfloat16, enabled=bf16):
                 if case == "nanoGPT":  # train.py: `logits, loss = model(X, Y)`, kept
                     logits, loss = step_model(x, y)
-                else:  # train-gpt: `_, loss = self.step_model(x, y)`
-                    _, loss = step_model(x, y)
+                else:  # train-gpt: `loss = self.step_model(x, y, ...)[1]`
+                    loss = step_model(x, y)[1]
             (loss / accum).backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)

@@ -361,7 +361,8 @@ class Trainer:
             with no_sync or contextlib.nullcontext():
                 with self._autocast():
                     table = shared.for_micro_step(last) if shared else None
-                    _, loss = self.step_model(x, y, embedding=table)
+                    # [1]: the logits (where there are any) go at once, not after backward
+                    loss = self.step_model(x, y, embedding=table)[1]
                 loss = faults.loss_of(loss, st.step + 1, world.rank)
                 (loss / accum).backward()
             total += loss.detach()
@@ -416,7 +417,7 @@ class Trainer:
         for x, y in eval_batches(self.data.val, mine, self.cfg.block_size, self.micro_batch,
                                  self.device):
             with self._autocast():
-                _, loss = model(x, y, embedding=table)
+                loss = model(x, y, embedding=table)[1]
             total += loss.double() * len(x)
         total, count = self.world.sum([total.item(), len(mine)])
         self.model.train()  # the average stays in eval mode: it never trains

@@ -75,13 +75,15 @@ def test_short_run_lowers_the_loss_and_writes_every_output(root: Path, capsys) -
     assert "bits per byte" in report and "loss.png" in report and "--max_iters 30" in report
 
 
-def test_exact_resume_equals_a_straight_run(root: Path) -> None:
+@pytest.mark.parametrize("extra", [[], ["--chunked_loss", "true", "--grad_accum", "2"]])
+def test_exact_resume_equals_a_straight_run(root: Path, extra: list[str]) -> None:
     """20 steps straight == 10 steps, stop, resume to 20: the same per-step losses and weights.
 
-    Dropout is on, so the resumed run must also restore the RNG states exactly.
+    Dropout is on, so the resumed run must also restore the RNG states exactly. Also with what a
+    GPU run takes by default, the chunked loss, and the spelled table shared by micro-steps.
     """
     flags = ["--max_iters", "20", "--ckpt_interval", "10", "--keep_last", "5",
-             "--eval_interval", "5", "--dropout", "0.1", "--ema_decay", "0.9"]
+             "--eval_interval", "5", "--dropout", "0.1", "--ema_decay", "0.9", *extra]
     straight = write_data(root, "straight")
     assert train(root, "straight", *flags) == 0
     # "stop after 10": the state a run killed right after checkpoint step-10 leaves behind
