@@ -184,8 +184,9 @@ def test_precision_trains_one_model_in_float32_and_bfloat16_whole_and_chunked(tm
 def test_step_memory_finds_the_chunked_loss_holds_a_fraction_of_the_logits(shared, tmp_path,
                                                                            monkeypatch):
     """Eager, float32, on the CPU (the compiled mode left out: a minute of compiling): nanoGPT
-    and our whole logits hold about four float32 (B, T, V) tensors at their peak, the chunked
-    loss half of one."""
+    holds about four float32 (B, T, V) tensors at its peak, our whole logits one fewer (dropped
+    as the forward returns, where nanoGPT keeps them through the backward), the chunked loss a
+    third of one."""
     from bench import step_memory
 
     shapes = step_memory.shapes
@@ -194,7 +195,8 @@ def test_step_memory_finds_the_chunked_loss_holds_a_fraction_of_the_logits(share
     rows = {row["case"]: row for row in json.loads((tmp_path / "step_memory.json").read_text())
             ["rows"]}
     held = {case: row["peak_bytes"] / row["logits_bytes"] for case, row in rows.items()}
-    assert held["nanoGPT"] > 3 and held["ours, whole logits"] > 3
+    assert held["nanoGPT"] > 3.5
+    assert 2.5 < held["ours, whole logits"] < held["nanoGPT"] - 0.5
     assert held["ours, chunked loss"] < 0.75
 
 
