@@ -9,7 +9,10 @@ when a gradient is wanted, at once its gradient (softmax - one-hot): the gradien
 `weight` are summed chunk by chunk in the forward pass, as Liger Kernel's fused linear
 cross-entropy does, so the backward only scales them by the loss's gradient and no logits are
 computed twice. What stays is one chunk's logits (a GiB at most, `rows_per_chunk`), the
-gradient of `x` (N, C) and of `weight` (V, C) in float32.
+gradient of `x` (N, C) and of `weight` (V, C) in float32. Compiled, a chunk holds about two
+float32 chunks' worth (Inductor keeps its bf16 logits, float32 probabilities and bf16 gradient
+apart): less than the whole logits' 1.5 float32 (N, V) from two chunks on, more with one
+(bench/speed_trials.md).
 
 The arithmetic is `F.cross_entropy(F.linear(x, weight, bias).float(), targets, ignore_index)`'s,
 also under autocast (the chunk's logits in the autocast type, then float32), summed in another
