@@ -21,6 +21,7 @@ BENCHMARKS = {
     "time_to_quality": "bench.time_to_quality",
     "vs_nanogpt": "bench.vs_nanogpt",
     "precision": "bench.precision",
+    "step_memory": "bench.step_memory",
     "stop_checkpoint": "bench.stop_checkpoint",
 }
 

@@ -253,6 +253,10 @@ class TrainConfig(ModelConfig, RunConfig):
     compile: bool | None = None
     """torch.compile the model (unset: on a GPU, where its ~40 s pay off within minutes; not on
     a CPU, where a small model's compiling costs more than it saves)."""
+    chunked_loss: bool | None = None
+    """Compute the loss a chunk of positions at a time, never holding the whole (micro-batch,
+    context, vocabulary) logits (unset: on a GPU, where they are a step's largest tensors; not
+    on a CPU, whose runs keep their bits: the chunks sum in another order)."""
 
     def __post_init__(self) -> None:
         RunConfig.__post_init__(self)

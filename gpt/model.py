@@ -22,6 +22,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from gpt.config import GPTConfig
+from gpt.loss import linear_cross_entropy
 from gpt.spelling import Spelling
 
 # The embedding and output matrices get rows for ids no tokenizer emits, up to a multiple of 64
@@ -244,6 +245,14 @@ class GPT(nn.Module):
     which is what inference and the export use:
     `export.export_weights` writes the spelled matrix out as one."""
 
+    chunked_loss: bool | None = None
+    """Whether `forward` computes the loss of `targets` in chunks of positions
+    (`gpt.loss.linear_cross_entropy`), never forming the whole (B, T, padded vocab) logits, and
+    returns no logits with it (train-gpt's --chunked_loss). None: on CUDA, where those logits and
+    their float32 copies are a training step's largest tensors (13.2 GB each at GPT-2's shape, 64
+    sequences a micro-step); not on a CPU, whose runs keep their bits (the chunks sum in another
+    order) and whose small vocabularies gain nothing from it."""
+
     def __init__(self, config: GPTConfig, spelling: Spelling | None = None) -> None:
         super().__init__()
         self.config = config
@@ -350,12 +359,15 @@ class GPT(nn.Module):
         idx: torch.Tensor,
         targets: torch.Tensor | None = None,
         cache: KVCache | None = None,
-    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        embedding: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
         """Logits of the real token ids (B, T, vocab_size) for every position of `idx` (B, T),
-        and the mean cross-entropy if `targets`.
+        and the mean cross-entropy if `targets` (then no logits where the loss is computed in
+        chunks: `chunked_loss`).
 
         With a `cache`, `idx` continues the sequence already in it: positions start at
-        `cache.pos`, and the cache advances by T.
+        `cache.pos`, and the cache advances by T. `embedding`: what `embedding()` returns, where
+        the caller built it already (train-gpt: once per optimizer step, not per micro-step).
         """
         B, T = idx.size()
         start = cache.pos if cache is not None else 0
@@ -363,7 +375,8 @@ class GPT(nn.Module):
             raise ValueError(
                 f"sequence of {start + T} tokens exceeds block_size {self.config.block_size}"
             )
-        embedding = self.embedding()  # (padded vocab, C), computed once for input and output
+        if embedding is None:
+            embedding = self.embedding()  # (padded vocab, C), computed once for input and output
         x = F.embedding(idx, embedding)  # (B, T, C)
         rope = None
         if self.config.position == "learned":
@@ -374,9 +387,16 @@ class GPT(nn.Module):
         for layer, block in enumerate(self.transformer.h):
             x = block(x, rope, cache, layer)
         x = self.transformer.ln_f(x)
-        logits = F.linear(x, embedding, self.logit_mask)  # (B, T, padded vocab)
         if cache is not None:
             cache.advance(T)
+        chunked = self.chunked_loss
+        if chunked is None:
+            chunked = x.device.type == "cuda"
+        if targets is not None and chunked:
+            loss = linear_cross_entropy(x.view(B * T, -1), embedding, self.logit_mask,
+                                        targets.view(-1))
+            return None, loss
+        logits = F.linear(x, embedding, self.logit_mask)  # (B, T, padded vocab)
         loss = None
         if targets is not None:
             loss = F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1))

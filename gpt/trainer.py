@@ -59,6 +59,40 @@ class TrainState:
     """Tokens trained on, over all ranks."""
 
 
+class _WithGradOf(torch.autograd.Function):
+    """`table` itself, whose gradient in backward is its own plus what `earlier` has gathered."""
+
+    @staticmethod
+    def forward(ctx, table: torch.Tensor, earlier: torch.Tensor) -> torch.Tensor:
+        ctx.earlier = earlier
+        return table.view_as(table)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
+        return grad + ctx.earlier.grad, None
+
+
+class StepEmbedding:
+    """A spelled embedding's table (`GPT.embedding()`) built once per optimizer step, not once
+    per micro-step: at GPT-2's vocabulary its backward (embedding_bag's, which sorts the
+    n-grams of every token) is the same work for any micro-batch.
+
+    The micro-steps before the last train a detached copy, whose gradient they sum; the last one
+    trains the table itself, with that sum added to its gradient, so the table's backward runs
+    once, within the last backward (the one DDP all-reduces in). The table's values are the same
+    as a per-micro-step build's; the n-gram table's gradient is the spelling's backward of the
+    summed gradient rather than the sum of the backwards: equal to float32 rounding, and
+    bit-equal with one micro-step (tests/test_train.py), which then does not use this.
+    """
+
+    def __init__(self, model: GPT) -> None:
+        self.table = model.embedding()  # (padded vocab, C)
+        self.earlier = self.table.detach().requires_grad_()
+
+    def for_micro_step(self, last: bool) -> torch.Tensor:
+        return _WithGradOf.apply(self.table, self.earlier) if last else self.earlier
+
+
 def lr_at(cfg: TrainConfig, step: int) -> float:
     """Linear warmup, then cosine decay to min_lr at max_iters.
 
@@ -146,6 +180,7 @@ class Trainer:
         free = free_vectors(self.data.train_counts)
         spelling = spelling_of(self.data.tokenizer, model_config.spelling, free)
         self.model = GPT(model_config, spelling).to(self.device)
+        self.model.chunked_loss = cfg.chunked_loss
         self.optimizer = build_optimizer(self.model, cfg, self.device)
         self.average = WeightAverage(self.model, decay) if decay else None
         """The weights that evaluation and the export use, when there is an average."""
@@ -313,6 +348,10 @@ class Trainer:
             group["lr"] = lr
         accum = cfg.grad_accum
         total = torch.zeros((), device=self.device)
+        shared = None
+        if self.model.spelled and accum > 1:
+            with self._autocast():  # as it would be built inside the forward
+                shared = StepEmbedding(self.model)
         for micro in range(accum):
             x, y = self.batches.get(st.step, world.rank * accum + micro, world.size * accum,
                                     self.device)
@@ -321,7 +360,9 @@ class Trainer:
             no_sync = self.step_model.no_sync() if world.distributed and not last else None
             with no_sync or contextlib.nullcontext():
                 with self._autocast():
-                    _, loss = self.step_model(x, y)
+                    table = shared.for_micro_step(last) if shared else None
+                    # [1]: the logits (where there are any) go at once, not after backward
+                    loss = self.step_model(x, y, embedding=table)[1]
                 loss = faults.loss_of(loss, st.step + 1, world.rank)
                 (loss / accum).backward()
             total += loss.detach()
@@ -371,10 +412,12 @@ class Trainer:
         # Summed on the device (in float64, as a Python float would be): one wait at the end,
         # not one per batch.
         total = torch.zeros((), dtype=torch.float64, device=self.device)
+        with self._autocast():
+            table = model.embedding()  # once, not per batch: the weights do not change
         for x, y in eval_batches(self.data.val, mine, self.cfg.block_size, self.micro_batch,
                                  self.device):
             with self._autocast():
-                _, loss = model(x, y)
+                loss = model(x, y, embedding=table)[1]
             total += loss.double() * len(x)
         total, count = self.world.sum([total.item(), len(mine)])
         self.model.train()  # the average stays in eval mode: it never trains

@@ -7,8 +7,14 @@ re-check: the machine, the settings, and a median and spread for every case.
 from __future__ import annotations
 
 import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -157,7 +163,8 @@ def test_vs_nanogpt_runs_the_peer_and_ours_side_by_side(shared, tmp_path, monkey
 
 
 @pytest.mark.slow
-def test_precision_trains_one_model_in_float32_and_bfloat16(tmp_path, monkeypatch):
+def test_precision_trains_one_model_in_float32_and_bfloat16_whole_and_chunked(tmp_path,
+                                                                              monkeypatch):
     from bench import precision, vs_nanogpt
 
     tiny = vs_nanogpt.Shape(2, 2, 32, 32, 256, "char", "cpu", steps=20, warmup=5)
@@ -165,13 +172,36 @@ def test_precision_trains_one_model_in_float32_and_bfloat16(tmp_path, monkeypatc
     main(["--quick", "--results", str(tmp_path), "precision"])
 
     doc = json.loads((tmp_path / "precision.json").read_text())
-    rows = {row["dtype"]: row for row in doc["rows"]}
-    assert sorted(rows) == ["bfloat16", "float32"] and doc["settings"]["device_name"] == "cpu"
-    fp32, bf16 = rows["float32"]["losses"], rows["bfloat16"]["losses"]
-    assert len(fp32) == len(bf16) == precision.STEPS and fp32 != bf16  # both ran, differently
+    rows = {row["way"]: row for row in doc["rows"]}
+    assert list(rows) == list(precision.WAYS) and doc["settings"]["device_name"] == "cpu"
+    fp32 = rows["float32"]["losses"]
+    whole, chunked = (rows[f"bfloat16, {w}"]["losses"] for w in ("whole logits", "chunked loss"))
+    assert len(fp32) == len(whole) == len(chunked) == precision.STEPS
+    assert fp32 != whole and whole != chunked  # all ran, each its own way
     assert rows["float32"]["largest_gap"] == 0
-    gaps = [abs(b - a) / a for a, b in zip(fp32, bf16, strict=True)]
-    assert rows["bfloat16"]["largest_gap"] == max(gaps)
+    gaps = [abs(b - a) / a for a, b in zip(fp32, chunked, strict=True)]
+    assert rows["bfloat16, chunked loss"]["largest_gap"] == max(gaps)
+    # the chunked loss learns as the whole logits do (the issue's bar: within 1%)
+    assert 0 < rows["bfloat16, chunked loss"]["largest_gap_to_whole"] < 0.01
+
+
+def test_step_memory_finds_the_chunked_loss_holds_a_fraction_of_the_logits(shared, tmp_path,
+                                                                           monkeypatch):
+    """Eager, float32, on the CPU (the compiled mode left out: a minute of compiling): nanoGPT
+    holds about four float32 (B, T, V) tensors at its peak, our whole logits one fewer (dropped
+    as the forward returns, where nanoGPT keeps them through the backward), the chunked loss a
+    third of one."""
+    from bench import step_memory
+
+    shapes = step_memory.shapes
+    monkeypatch.setattr(step_memory, "shapes", lambda cuda, quick: shapes(cuda, quick)[:1])
+    main(["--quick", "--results", str(tmp_path), "step_memory"])
+    rows = {row["case"]: row for row in json.loads((tmp_path / "step_memory.json").read_text())
+            ["rows"]}
+    held = {case: row["peak_bytes"] / row["logits_bytes"] for case, row in rows.items()}
+    assert held["nanoGPT"] > 3.5
+    assert 2.5 < held["ours, whole logits"] < held["nanoGPT"] - 0.5
+    assert held["ours, chunked loss"] < 0.75
 
 
 def test_on_cuda_both_trainers_get_gpt2_124m_at_the_same_tokens_per_step(tmp_path):
@@ -241,3 +271,37 @@ def test_stop_checkpoint_times_the_checkpoint_a_sigterm_writes(monkeypatch):
     params = sum(p.numel() for p in GPT(model).parameters())
     assert row["bytes"] >= 3 * 4 * params
     assert row["save_s"]["median"] > 0
+
+
+GPU_SESSION = Path(__file__).resolve().parents[1] / "bench" / "gpu_session.sh"
+
+
+def test_the_gpu_session_runs_known_benchmarks_and_stops_at_once_without_a_gpu():
+    """What the next session with a GPU runs in one call: benchmarks that exist; on a machine
+    without CUDA it says so in one line and writes nothing."""
+    from bench.__main__ import BENCHMARKS
+
+    (names,) = re.findall(r"^for bench in (.+); do$", GPU_SESSION.read_text(), re.MULTILINE)
+    runs = [shlex.split(run) for run in shlex.split(names)]
+    assert [run[0] for run in runs] == ["vs_nanogpt", "precision", "step_memory"]
+    assert all(run[0] in BENCHMARKS for run in runs)
+    out = subprocess.run(["bash", str(GPU_SESSION)], capture_output=True, text=True,
+                         env=dict(os.environ, PYTHON=sys.executable, OUT=""))
+    assert out.returncode == 1
+    assert out.stderr.strip() == "gpu_session: no CUDA device here; run it on a GPU machine"
+    assert not (GPU_SESSION.parent / "results" / "gpu").exists()
+
+
+def test_the_gpu_session_prepares_the_peer_and_the_plays_to_carry(tmp_path):
+    repo, shared = tmp_path / "repo", tmp_path / "shared"
+    (repo / "bench").mkdir(parents=True)
+    shutil.copy(GPU_SESSION, repo / "bench")
+    (shared / "peers" / "nanogpt").mkdir(parents=True)
+    (shared / "peers" / "nanogpt" / "train.py").write_text("# nanoGPT")
+    (shared / "data").mkdir()
+    (shared / "data" / "shakespeare_plays.txt").write_text("ACT I")
+    out = subprocess.run(["bash", "bench/gpu_session.sh", "prepare"], cwd=repo,
+                         capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert (repo / ".gpu-shared/peers/nanogpt/train.py").read_text() == "# nanoGPT"
+    assert (repo / ".gpu-shared/data/shakespeare_plays.txt").read_text() == "ACT I"

@@ -7,6 +7,7 @@ import torch
 import torch.nn.functional as F
 from safetensors.torch import load_file
 
+from gpt import loss as chunked
 from gpt.config import SamplingConfig
 from gpt.model import (
     GPT,
@@ -19,6 +20,7 @@ from gpt.model import (
     dropout_mask,
 )
 from gpt.sampling import generate, new_generator
+from gpt.spelling import spell
 from gpt.tokenizer import CharTokenizer
 
 TINY = dict(vocab_size=67, block_size=16, n_layer=2, n_head=2, n_embd=32)
@@ -274,3 +276,64 @@ def test_export_refuses_a_pickle_in_place_of_safetensors(tmp_path, monkeypatch, 
     with pytest.raises(InputError, match="not a valid safetensors model"):
         load_export(tmp_path / "model")
     assert not (tmp_path / "pwned").exists()
+
+
+def _loss_and_grads(model: GPT, idx, targets, embedding=None):
+    model.zero_grad()
+    logits, loss = model(idx, targets=targets, embedding=embedding)
+    loss.backward()
+    return logits, loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters()}
+
+
+@pytest.mark.parametrize("spelled", [False, True])
+def test_the_chunked_loss_trains_as_the_whole_logits_do(spelled: bool, monkeypatch) -> None:
+    """The loss GPU runs take (`chunked_loss`, default on CUDA): no logits, the same loss and
+    gradients (to 1e-6) in every parameter, the padding rows' included (zero), in chunks of 7
+    positions (30 positions: 5 chunks), for a plain and for a spelled embedding."""
+    monkeypatch.setattr(chunked, "CHUNK_BYTES", 7 * 128 * 4)  # 7 rows of 128 padded ids
+    torch.manual_seed(0)
+    config = GPTConfig(**{**TINY, "spelling": 2 if spelled else 0})
+    vocab = [bytes([65 + i % 26, 97 + i // 26]) for i in range(67)]  # pairs share n-grams
+    spelling = spell(vocab, 2) if spelled else None
+    model = GPT(config, spelling).train()
+    assert model.chunked_loss is None  # the default: the whole logits on a CPU
+    idx, targets = torch.randint(0, 67, (2, 3, 10))
+    logits, loss, grads = _loss_and_grads(model, idx, targets)
+    assert logits.shape == (3, 10, 67)
+    model.chunked_loss = True
+    none, chunked_loss, chunked_grads = _loss_and_grads(model, idx, targets)
+    assert none is None
+    torch.testing.assert_close(chunked_loss, loss, atol=1e-6, rtol=1e-6)
+    for name, grad in grads.items():
+        torch.testing.assert_close(chunked_grads[name], grad, atol=1e-6, rtol=1e-6, msg=name)
+    assert torch.count_nonzero(model.lm_head.weight.grad[67:]) == 0
+    with torch.no_grad():  # evaluation's loss alike
+        torch.testing.assert_close(model(idx, targets=targets)[1], loss, atol=1e-6, rtol=1e-6)
+
+
+def test_a_table_built_by_the_caller_is_the_one_built_inside(model: GPT) -> None:
+    """`embedding=`: what train-gpt passes, built once per step; the same logits and loss."""
+    idx, targets = torch.randint(0, 67, (2, 3, 10))
+    inside = model(idx, targets=targets)
+    given = model(idx, targets=targets, embedding=model.embedding())
+    assert torch.equal(inside[0], given[0]) and torch.equal(inside[1], given[1])
+
+
+@pytest.mark.slow
+def test_the_chunked_loss_compiles_to_the_same_gradients(monkeypatch) -> None:
+    """`torch.compile` (on by default on CUDA, where the chunked loss runs) traces the chunked
+    loss's autograd.Function: on the CPU, the same loss and gradients as eager whole logits."""
+    monkeypatch.setattr(chunked, "CHUNK_BYTES", 16 * 128 * 4)  # 16 rows a chunk: 4 chunks
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(**{**TINY, "n_layer": 1})).train()
+    idx, targets = torch.randint(0, 67, (2, 4, 16))
+    _, loss, grads = _loss_and_grads(model, idx, targets)
+    model.chunked_loss = True
+    compiled = torch.compile(model)
+    model.zero_grad()
+    logits, got = compiled(idx, targets)
+    got.backward()
+    assert logits is None
+    torch.testing.assert_close(got.detach(), loss, atol=1e-6, rtol=1e-6)
+    for name, p in model.named_parameters():
+        torch.testing.assert_close(p.grad, grads[name], atol=1e-6, rtol=1e-5, msg=name)

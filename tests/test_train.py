@@ -21,6 +21,7 @@ import torch
 from safetensors.torch import load_file, load_model
 
 from gpt import checkpoint
+from gpt import trainer as trainer_module
 from gpt.__main__ import main as gpt_main
 from gpt.cli import build_parser
 from gpt.config import DROPOUT_REPEATED, TrainConfig
@@ -30,7 +31,7 @@ from gpt.divergence import NonFiniteLoss
 from gpt.export import load_export
 from gpt.model import GPT, GPTConfig
 from gpt.rundir import DataMeta, RunDir
-from gpt.spelling import spelling_of
+from gpt.spelling import spell, spelling_of
 from gpt.tokenizer import load_tokenizer
 from gpt.trainer import Trainer, lr_at
 from tests.train_fixtures import ONE_THREAD, records, train, write_data
@@ -74,13 +75,15 @@ def test_short_run_lowers_the_loss_and_writes_every_output(root: Path, capsys) -
     assert "bits per byte" in report and "loss.png" in report and "--max_iters 30" in report
 
 
-def test_exact_resume_equals_a_straight_run(root: Path) -> None:
+@pytest.mark.parametrize("extra", [[], ["--chunked_loss", "true", "--grad_accum", "2"]])
+def test_exact_resume_equals_a_straight_run(root: Path, extra: list[str]) -> None:
     """20 steps straight == 10 steps, stop, resume to 20: the same per-step losses and weights.
 
-    Dropout is on, so the resumed run must also restore the RNG states exactly.
+    Dropout is on, so the resumed run must also restore the RNG states exactly. Also with what a
+    GPU run takes by default, the chunked loss, and the spelled table shared by micro-steps.
     """
     flags = ["--max_iters", "20", "--ckpt_interval", "10", "--keep_last", "5",
-             "--eval_interval", "5", "--dropout", "0.1", "--ema_decay", "0.9"]
+             "--eval_interval", "5", "--dropout", "0.1", "--ema_decay", "0.9", *extra]
     straight = write_data(root, "straight")
     assert train(root, "straight", *flags) == 0
     # "stop after 10": the state a run killed right after checkpoint step-10 leaves behind
@@ -157,8 +160,8 @@ def test_non_finite_loss_stops_with_the_weights_of_the_last_finite_step(root: Pa
     trainer = Trainer(cfg, World())
     forward, calls = GPT.forward, []
 
-    def poisoned(self, idx, targets=None, cache=None):
-        logits, loss = forward(self, idx, targets, cache)
+    def poisoned(self, idx, targets=None, cache=None, embedding=None):
+        logits, loss = forward(self, idx, targets, cache, embedding)
         calls.append(1)
         return logits, (loss * float("nan") if len(calls) == 8 and targets is not None else loss)
 
@@ -176,6 +179,68 @@ def test_non_finite_loss_stops_with_the_weights_of_the_last_finite_step(root: Pa
     assert run.latest.read_text().strip() == "step-5"
     assert [p.name for p in run.ckpt_dir.glob("step-*")] == ["step-5"]
     assert max(r["step"] for r in records(run)) == 6
+
+
+class _PerMicroStep:
+    """What the trainer did before StepEmbedding: no table given, so each forward builds it."""
+
+    def __init__(self, model: GPT) -> None:
+        pass
+
+    def for_micro_step(self, last: bool) -> None:
+        return None
+
+
+def _steps(cfg: TrainConfig, steps: int, monkeypatch, per_micro_step: bool):
+    """`steps` optimizer steps of a new trainer; its model and how often it built the table."""
+    builds = []
+    embedding = GPT.embedding
+    with monkeypatch.context() as patch:
+        patch.setattr(GPT, "embedding", lambda self: builds.append(1) or embedding(self))
+        if per_micro_step:
+            patch.setattr(trainer_module, "StepEmbedding", _PerMicroStep)
+        trainer = Trainer(cfg, World())
+        for step in range(steps):
+            trainer._train_step(lr_at(cfg, step))
+            trainer.state.step += 1
+    return trainer.model, len(builds)
+
+
+def test_a_spelled_table_is_built_once_per_step_and_trains_as_one_built_per_micro_step(
+        root: Path, monkeypatch) -> None:
+    """Four micro-steps build the spelled table once (not four times) and train bit-identical
+    weights over three steps. (With characters each n-gram is one token's, so the spelling's
+    backward of the summed gradient adds what the four backwards did, in the same order; for
+    n-grams that tokens share see test_the_table_of_a_step_gets_every_micro_steps_gradient.)"""
+    write_data(root, "r")
+    cfg = TrainConfig(root=str(root), run="r", n_layer=1, n_head=2, n_embd=32, block_size=16,
+                      batch_size=8, grad_accum=4, warmup_iters=1, max_iters=20, dropout=0.0,
+                      spelling=2, time_budget=0, device="cpu")
+    once, built = _steps(cfg, 3, monkeypatch, per_micro_step=False)
+    each, built_each = _steps(cfg, 3, monkeypatch, per_micro_step=True)
+    assert once.spelled and (built, built_each) == (3, 12)
+    for (name, a), b in zip(once.state_dict().items(), each.state_dict().values(), strict=True):
+        assert torch.equal(a, b), name
+
+
+def test_the_table_of_a_step_gets_every_micro_steps_gradient() -> None:
+    """Tokens of two bytes share n-grams: the gradients of four micro-steps that share one
+    table equal those of four that each build it, to float32 rounding, in every parameter."""
+    torch.manual_seed(0)
+    config = GPTConfig(vocab_size=67, block_size=16, n_layer=1, n_head=2, n_embd=32, spelling=2)
+    vocab = [bytes([65 + i % 26, 97 + i // 26]) for i in range(67)]
+    model = GPT(config, spell(vocab, 2)).train()
+    batches = torch.randint(0, 67, (4, 2, 3, 16))
+    grads = []
+    for shared in (None, trainer_module.StepEmbedding(model)):
+        model.zero_grad()
+        for micro, (x, y) in enumerate(batches):
+            table = shared.for_micro_step(micro == 3) if shared else None
+            (model(x, y, embedding=table)[1] / 4).backward()
+        grads.append({n: p.grad.clone() for n, p in model.named_parameters()})
+    for name, grad in grads[0].items():
+        assert grad.abs().sum() > 0, name
+        torch.testing.assert_close(grads[1][name], grad, atol=1e-7, rtol=1e-5, msg=name)
 
 
 @pytest.mark.parametrize(

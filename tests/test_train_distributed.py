@@ -45,11 +45,15 @@ def test_two_ranks_train_the_same_effective_batch_and_write_one_set_of_files(roo
     assert sorted(rngs) == ["0", "1"] and rngs["0"]["torch"] != rngs["1"]["torch"]
     assert (ddp.model_dir / "model.safetensors").is_file() and ddp.report_md.is_file()
 
-    # One process, and one process in two micro-steps, train on the very same windows: the
-    # losses agree with the two ranks' up to float rounding.
-    for run, extra in (("one", []), ("accum", ["--grad_accum", "2"])):
+    # One process, one process in two micro-steps, and two ranks in two micro-steps each (the
+    # spelled table built once a step, its gradient all-reduced in the last micro-step's
+    # backward) train on the very same windows: the losses agree with the two ranks' up to
+    # float rounding.
+    for run, extra, ranks in (("one", [], None), ("accum", ["--grad_accum", "2"], None),
+                              ("ddp-accum", ["--grad_accum", "2"], TWO_RANKS)):
         corpus(root, run)
-        assert train_cli(root, run, *flags, *extra).returncode == 0
+        done = train_cli(root, run, *flags, *extra, torchrun=ranks)
+        assert done.returncode == 0, done.stderr
         for a, b in zip(recs, records(RunDir.of(root, run)), strict=True):
             assert a["loss"] == pytest.approx(b["loss"], rel=1e-4), (run, a["step"])
             if "val_loss" in a:
