@@ -29,7 +29,7 @@ help:  ## list the targets
 # and again whenever pyproject.toml changes.
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet -e '.[pipeline,serve,dev]'
+	$(PY) -m pip install --quiet -e '.[pipeline,serve,storage,dev]'
 	@touch $@
 
 install: $(STAMP)  ## create .venv and install the project with all extras
