@@ -140,7 +140,9 @@ class Store:
         with writing(dest, f"the download of {uri}"), open(dest, "wb") as out:
             while got < size:  # one ranged GET per block: nothing buffered beyond it
                 end = min(got + BLOCK, size)
-                chunk = self.call(lambda: self.fs.cat_file(path, start=got, end=end), uri)
+                chunk = self.call(
+                    lambda got=got, end=end: self.fs.cat_file(path, start=got, end=end), uri
+                )
                 if len(chunk) != end - got:
                     raise self.fail(f"changed while read ({got + len(chunk)} of {size} bytes)",
                                     uri)  # fmt: skip

@@ -6,8 +6,9 @@ name, not recursive) are read in order, an `s3://` or `gs://` object, or an obje
 (ending in "/") whose `*.txt` objects (in key order, not recursive) are read as a directory's
 files are. Documents are streamed, never held whole: a URL or an object is downloaded to a file
 first (gpt/objectstore.py), so both cleaning passes read the same bytes; a file is read in chunks
-(twice: gpt/cleaning.py), each file or object of a directory or prefix is cleaned on its own. Every refusal is an `InputError` naming the source and the
-reason; the caller writes into a staging area, so a refusal leaves nothing behind.
+(twice: gpt/cleaning.py), each file or object of a directory or prefix is cleaned on its own.
+Every refusal is an `InputError` naming the source and the reason; the caller writes into a
+staging area, so a refusal leaves nothing behind.
 """
 
 from __future__ import annotations

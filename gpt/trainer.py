@@ -37,8 +37,8 @@ from gpt.divergence import Divergence
 from gpt.ema import WeightAverage
 from gpt.errors import InputError
 from gpt.export import save_export
-from gpt.objectstore import Store
 from gpt.model import GPT
+from gpt.objectstore import Store
 from gpt.spelling import free_vectors, spelling_of
 from gpt.stages import TRAIN_GPT, to_args
 from gpt.stopping import Stopped, StopRequest

@@ -77,7 +77,8 @@ def test_spec_sets_only_runtime_ref_trainer_and_the_deadline():
 
 def test_a_storage_secret_reaches_the_container_by_reference_only():
     spec = dataclasses.replace(SPEC, storage_secret="gpt-s3")
-    env = launcher.build_trainjob(spec, "train-gpt-demo-abc123", "ns", "r")["spec"]["trainer"]["env"]
+    body = launcher.build_trainjob(spec, "train-gpt-demo-abc123", "ns", "r")
+    env = body["spec"]["trainer"]["env"]
     assert env[0] == {"name": "A", "value": "1"}
     refs = {e["name"]: e["valueFrom"]["secretKeyRef"] for e in env[1:]}
     assert all(set(e) == {"name", "valueFrom"} for e in env[1:]), "no value of the Secret's"

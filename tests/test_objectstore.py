@@ -24,12 +24,13 @@ import pytest
 
 pytest.importorskip("moto", reason="the S3 test server is moto's (the dev extra)")
 
+from train_fixtures import train_cli, write_data  # noqa: E402
+
 from bench.s3server import AWS_VARIABLES, BUCKET, S3Server  # noqa: E402
 from gpt import objectstore  # noqa: E402
 from gpt.config import CorpusConfig  # noqa: E402
 from gpt.corpus import main as load_corpus  # noqa: E402
 from gpt.objectstore import LOADED_BY, MANIFEST, Store  # noqa: E402
-from train_fixtures import train_cli, write_data  # noqa: E402
 
 FIXTURES = Path(__file__).parent / "fixtures"
 PROJECT = Path(__file__).resolve().parent.parent
@@ -176,8 +177,9 @@ def test_a_source_outside_object_storage_imports_no_storage_package(tmp_path):
                          capture_output=True, text=True, cwd=PROJECT)  # fmt: skip
     assert bad.returncode == 2
     assert bad.stderr.strip() == (
-        f"python -m gpt load-corpus: error: --source 's3://{BUCKET}/t.txt': s3:// needs the storage extra "
-        "(pip install 'gpt-trainjobs[storage]'): import of fsspec halted; None in sys.modules"
+        f"python -m gpt load-corpus: error: --source 's3://{BUCKET}/t.txt': s3:// needs the "
+        "storage extra (pip install 'gpt-trainjobs[storage]'): import of fsspec halted; "
+        "None in sys.modules"
     )
 
 
@@ -318,7 +320,8 @@ def test_export_refuses_a_bad_uri_and_names_an_unreachable_one(s3env, stopped_en
     write_data(root, "exp")
     bad = train_cli(root, "exp", "--export_uri", "ftp://host/x", env=s3env)
     assert bad.returncode == 2
-    assert "--export_uri 'ftp://host/x': not an s3://bucket/... or gs://bucket/... URI" in bad.stderr
+    refusal = "--export_uri 'ftp://host/x': not an s3://bucket/... or gs://bucket/... URI"
+    assert refusal in bad.stderr
     env = {**s3env, "AWS_ENDPOINT_URL": stopped_endpoint}
     uri = f"s3://{BUCKET}/models/never"
     gone = train_cli(root, "exp", "--max_iters", "4", "--export_uri", uri, env=env)
