@@ -3,8 +3,9 @@
 The text (the Shakespeare plays repeated to 100 MB; 5 MB with --quick; 1 GB with --large) is put
 once into a real S3 server on this machine (moto's, bench/s3server.py), then the stage runs as a
 child process on `s3://.../text.txt` and on the file, alternately, in rounds (the machine's speed
-drifts over minutes, and each side sees the same drift); the ratio is the medians'. Peak RSS is
-the last round's ru_maxrss (bench/corpus_speed.py's `child`).
+drifts over minutes, and each side sees the same drift); the ratios are the medians' and, per
+round, the object's time over the file's just before it. Peak RSS is the last round's ru_maxrss
+(bench/corpus_speed.py's `child`).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ def run(quick: bool, large: bool = False, rounds: int = 3) -> Result:
         "objectstore",
         {"sizes": labels, "rounds": rounds, "tokenizer": "gpt2 (compacted, the default)",
          "server": "moto's S3 server on a loopback port", "cores": os.cpu_count()},
-        ["size", "source", "seconds", "MB/s", "peak RSS MB", "vs disk"],
+        ["size", "source", "seconds", "MB/s", "peak RSS MB", "vs disk", "each round vs disk"],
     )
     saved = {name: os.environ.pop(name) for name in AWS_VARIABLES if name in os.environ}
     try:
@@ -58,12 +59,15 @@ def run(quick: bool, large: bool = False, rounds: int = 3) -> Result:
                 disk = Stats(seconds["disk"]).median
                 for name in sources:
                     took = Stats(seconds[name])
+                    paired = [t / d for t, d in zip(took.values, seconds["disk"], strict=True)]
                     result.rows.append({
                         "size": label, "bytes": path.stat().st_size, "source": name,
                         "seconds": fmt_stats(took, " s"), "seconds_each": took.values,
                         "MB/s": round(path.stat().st_size / 1e6 / took.median, 2),
                         "peak RSS MB": round(rss[name]),
                         "vs disk": f"{took.median / disk:.2f}x time",
+                        "each round vs disk": f"median {Stats(paired).median:.2f}x ("
+                        + ", ".join(f"{r:.2f}" for r in paired) + ")",
                     })  # fmt: skip
                 s3.client().delete_object(Bucket=BUCKET, Key=key)
     finally:

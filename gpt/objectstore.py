@@ -109,14 +109,7 @@ class Store:
     def texts(self) -> list[tuple[str, int]]:
         """The `*.txt` objects directly under the prefix (as a folder is read: not
         recursive), in key order, with their sizes."""
-        try:
-            entries = self.fs.ls(self.path, detail=True)
-        except FileNotFoundError:
-            raise self.fail("not found (no such bucket, or nothing under this prefix)") from None
-        except (TypeError, AttributeError, NameError):
-            raise
-        except Exception as e:
-            raise self.fail(reason(e)) from None
+        entries = self.call(lambda: self.fs.ls(self.path, detail=True))
         found = sorted(
             (self.uri_of(e["name"]), int(e["size"])) for e in entries
             if e.get("type") == "file" and e["name"].endswith(".txt")
