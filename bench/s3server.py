@@ -1,9 +1,10 @@
 """A real S3 server on this machine: moto's standalone server (what s3fs's own tests run against)
 on a free loopback port, for tests/test_objectstore.py and bench/corpus_speed.py.
 
-It enforces authentication (moto's INITIAL_NO_AUTH_ACTION_COUNT): the first requests create an
-IAM user with S3 rights and its access key, then every request signed with other keys is refused
-with InvalidAccessKeyId, as AWS and MinIO refuse them.
+It enforces authentication and IAM policies (moto's INITIAL_NO_AUTH_ACTION_COUNT): the first
+requests create an IAM user with S3 rights and its access key, and one with a key but no rights;
+then a request signed with other keys is refused (InvalidAccessKeyId), and one of the user
+without rights is denied (AccessDenied), as AWS and MinIO refuse them.
 """
 
 from __future__ import annotations
@@ -18,9 +19,10 @@ import urllib.request
 from typing import Any
 
 BUCKET = "gpt-corpora"
-# The requests that run before authentication is on: create_user, put_user_policy,
-# create_access_key (moto counts each action it serves; its /moto-api/ health page is none).
-_SETUP_ACTIONS = 3
+# The requests that run before authentication is on: create_user, put_user_policy and
+# create_access_key for the user with rights, create_user and create_access_key for the one
+# without (moto counts each action it serves; its /moto-api/ health page is none).
+_SETUP_ACTIONS = 5
 _POLICY = {"Version": "2012-10-17",
            "Statement": [{"Effect": "Allow", "Action": "s3:*", "Resource": "*"}]}  # fmt: skip
 # Variables of this machine's environment that would change where or as whom a client connects.
@@ -45,6 +47,7 @@ class S3Server:
         self.url = f"http://127.0.0.1:{self.port}"
         self.proc: subprocess.Popen | None = None
         self.key_id = self.secret = ""
+        self.rightless: tuple[str, str] = ("", "")
 
     def __enter__(self) -> S3Server:
         env = {**os.environ, "INITIAL_NO_AUTH_ACTION_COUNT": str(_SETUP_ACTIONS)}
@@ -69,6 +72,9 @@ class S3Server:
         iam.put_user_policy(UserName="gpt", PolicyName="s3", PolicyDocument=json.dumps(_POLICY))
         key = iam.create_access_key(UserName="gpt")["AccessKey"]
         self.key_id, self.secret = key["AccessKeyId"], key["SecretAccessKey"]
+        iam.create_user(UserName="nobody")
+        key = iam.create_access_key(UserName="nobody")["AccessKey"]
+        self.rightless = (key["AccessKeyId"], key["SecretAccessKey"])
         self.client().create_bucket(Bucket=BUCKET)
         return self
 

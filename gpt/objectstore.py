@@ -101,7 +101,16 @@ class Store:
         return f"{self.scheme}://{path.lstrip('/')}"
 
     def size(self) -> int:
-        info = self.call(lambda: self.fs.info(self.path))
+        def head() -> dict[str, Any]:
+            try:
+                return self.fs.info(self.path)
+            except PermissionError:
+                # A refused HEAD has no body to say why ("Forbidden"); a GET's names the
+                # refusal (a key the store does not know, or a user without the right).
+                self.fs.cat_file(self.path, start=0, end=1)
+                raise
+
+        info = self.call(head)
         if info.get("type") != "file":
             raise self.fail("not an object (a prefix? end the URI with '/')")
         return int(info["size"])

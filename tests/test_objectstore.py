@@ -119,8 +119,11 @@ def stopped_endpoint():
     return server.url
 
 
-@pytest.mark.parametrize("case", ["wrong-keys", "no-bucket", "no-key", "empty-prefix",
-                                  "stopped-server", "too-big", "not-text"])  # fmt: skip
+CASES = ["wrong-keys", "no-rights", "no-bucket", "no-key", "empty-prefix", "stopped-server",
+         "too-big", "not-text"]  # fmt: skip
+
+
+@pytest.mark.parametrize("case", CASES)
 def test_each_failure_of_the_store_is_one_line_exit_2_and_nothing_written(
     case, s3, s3env, stopped_endpoint, tmp_path
 ):
@@ -130,7 +133,10 @@ def test_each_failure_of_the_store_is_one_line_exit_2_and_nothing_written(
     source = f"s3://{BUCKET}/errors/ok.txt"
     if case == "wrong-keys":
         env["AWS_ACCESS_KEY_ID"] = "AKIAWRONGWRONGWRONG0"
-        reason = "access denied"
+        reason = "access denied (check the credentials and the bucket's policy): The AWS Access Key"
+    elif case == "no-rights":  # real keys of a user no policy lets read the bucket
+        env["AWS_ACCESS_KEY_ID"], env["AWS_SECRET_ACCESS_KEY"] = s3.rightless
+        reason = "access denied (check the credentials and the bucket's policy): Access Denied"
     elif case == "no-bucket":
         source, reason = "s3://no-such-bucket-here/ok.txt", "not found"
     elif case == "no-key":
