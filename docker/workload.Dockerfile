@@ -28,8 +28,7 @@ RUN groupadd --gid 1000 gpt \
 
 WORKDIR /opt/gpt-trainjobs
 # Dependencies first, read from pyproject.toml, in a layer that survives code changes: the core
-# ones, the serve extra's (`transformers serve`, manifests/serve/transformers-serve.yaml) and the
-# storage extra's (s3:// and gs:// sources and exports).
+# ones, and the serve extra's (`transformers serve`, manifests/serve/transformers-serve.yaml).
 COPY pyproject.toml docker/requirements.py ./
 RUN python requirements.py pyproject.toml > requirements.txt \
  && python requirements.py pyproject.toml serve >> requirements.txt \
