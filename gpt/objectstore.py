@@ -19,6 +19,7 @@ import contextlib
 import hashlib
 import importlib
 import json
+import logging
 import os
 import re
 from collections.abc import Callable, Iterator
@@ -236,6 +237,11 @@ def filesystem(scheme: str, patience: Patience, fail: Callable[[str], InputError
         raise fail(
             f"{scheme}:// needs the storage extra (pip install 'gpt-trainjobs[storage]'): {e}"
         ) from None
+    # Their warnings carry tracebacks (aiobotocore's "Refreshing temporary credentials failed",
+    # with the STS error) that Python's last-resort handler would print on stderr beside the
+    # one-line error that says the same; a handler of their own keeps them out of it.
+    for name in ("aiobotocore", "s3fs", "gcsfs", "fsspec"):
+        logging.getLogger(name).addHandler(logging.NullHandler())
     if scheme != "s3":
         return fsspec.filesystem(scheme, skip_instance_cache=True)
     # botocore reads the keys, the web identity token (IRSA) and AWS_DEFAULT_REGION itself;
