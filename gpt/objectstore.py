@@ -41,6 +41,7 @@ ENV_OPTIONAL = ("AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", 
 BACKENDS = {"s3": "s3fs", "gs": "gcsfs"}
 _URI = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://([^/]*)(/.*)?$")
 CHUNK = 1 << 20  # bytes read (and held) at a time while downloading
+PART = 16 << 20  # bytes an upload holds before it sends them (a multipart upload's part size)
 MANIFEST = "gpt-export.json"
 """Written last by `upload_dir`: a prefix without it holds no complete export."""
 LOADED_BY = "config.json"
@@ -180,8 +181,8 @@ class Store:
         sees is all of it or plainly incomplete (see docs/cluster.md, "Model out"):
 
         1. remove the manifest, then `config.json`, of any earlier export there;
-        2. put every other file: each PUT (a multipart upload too) makes its object whole or
-           not at all, so a killed upload leaves whole files or none, never a partial one;
+        2. put every other file (`put`): each makes its object whole or not at all, so a
+           killed upload leaves whole files or none, never a partial one;
         3. put `config.json`, without which no model loads from the prefix;
         4. put the manifest (each file's bytes and sha256), the mark of a complete export.
 
@@ -195,7 +196,7 @@ class Store:
         files: dict[str, Any] = {}
         for name in order:
             src = local / name
-            self.call(lambda src=src, name=name: self.fs.put_file(str(src), f"{self.path}/{name}"))
+            self.call(lambda src=src, name=name: self.put(src, f"{self.path}/{name}"))
             files[name] = {"bytes": src.stat().st_size, "sha256": sha256_of(src)}
             say(f"export: uploaded {name} ({files[name]['bytes']:,} bytes)")
         manifest = {"files": files}
@@ -203,6 +204,22 @@ class Store:
         self.call(lambda: self.fs.pipe_file(f"{self.path}/{MANIFEST}", data))
         say(f"export: {self.uri} complete ({MANIFEST} written last)")
         return manifest
+
+
+    def put(self, src: Path, key: str) -> None:
+        """Write the file `src` to the object `key`, PART bytes held at a time (s3fs's
+        `put_file` sends parts concurrently: it held 1 GB to upload 500 MB here). The object
+        appears whole when the file is closed (a PUT, or the completion of a multipart upload);
+        a failure discards it (aborting the multipart upload), so nothing partial is seen."""
+        out = self.fs.open(key, "wb", block_size=PART)
+        try:
+            with open(src, "rb") as f:
+                while chunk := f.read(CHUNK):
+                    out.write(chunk)
+        except BaseException:
+            out.discard()
+            raise
+        out.close()
 
 
 def sha256_of(path: Path) -> str:

@@ -353,8 +353,8 @@ _UPLOAD = ("import sys; from pathlib import Path; from gpt.objectstore import St
 @pytest.mark.slow
 def test_a_killed_upload_leaves_no_object_that_looks_complete(s3, s3env, tmp_path):
     """A complete export, then a replacement killed mid-way through its weights (a multipart
-    upload: s3fs sends files over 50 MiB in parts): the prefix holds neither a manifest nor a
-    config.json, and no partial weights file."""
+    upload: files over objectstore.PART go up in parts): the prefix holds neither a manifest nor
+    a config.json, and no partial weights file."""
     uri, prefix = f"s3://{BUCKET}/models/killed", "models/killed"
     Store(uri, "--export_uri").upload_dir(model_dir(tmp_path / "old"), lambda m: None)
     assert MANIFEST in objects(s3, prefix)
