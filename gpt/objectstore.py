@@ -218,6 +218,9 @@ class Store:
                     out.write(chunk)
         except BaseException:
             out.discard()
+            # fsspec's file would otherwise try to close (and so complete) it when collected
+            with contextlib.suppress(AttributeError):
+                out.closed = True
             raise
         out.close()
 

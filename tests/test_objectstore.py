@@ -374,3 +374,35 @@ def test_a_killed_upload_leaves_no_object_that_looks_complete(s3, s3env, tmp_pat
     assert left.get("model.safetensors", b"") != (new / "model.safetensors").read_bytes()
     if "model.safetensors" in left:  # the old export's, whole: a PUT is all or nothing
         assert left["model.safetensors"] == (tmp_path / "old" / "model.safetensors").read_bytes()
+
+
+def test_an_upload_that_fails_midway_leaves_no_part_of_its_object(s3, s3env, tmp_path,
+                                                                  monkeypatch):
+    """A read error after a part went up: the multipart upload is aborted, no object appears,
+    and the error is one line naming the URI."""
+    model = model_dir(tmp_path / "model", weights=objectstore.PART + (4 << 20))
+    real_open = open
+
+    class Failing:
+        def __init__(self, path, mode):
+            self.f, self.read_bytes = real_open(path, mode), 0
+
+        def read(self, n):
+            if self.read_bytes > objectstore.PART:  # a whole part has been sent by now
+                raise OSError(5, "Input/output error")
+            self.read_bytes += n
+            return self.f.read(n)
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.f.close()
+
+    monkeypatch.setattr(objectstore, "open", Failing, raising=False)
+    uri, prefix = f"s3://{BUCKET}/models/failed", "models/failed"
+    with pytest.raises(objectstore.InputError) as e:
+        Store(uri, "--export_uri").upload_dir(model, lambda m: None)
+    assert str(e.value).startswith(f"--export_uri {uri!r}: OSError") and "\n" not in str(e.value)
+    assert objects(s3, prefix).keys() <= {"generation_config.json"}  # put before the weights
+    assert not s3.client().list_multipart_uploads(Bucket=BUCKET, Prefix=prefix).get("Uploads")
