@@ -47,7 +47,7 @@ help:  ## list the targets
 # and again whenever pyproject.toml changes.
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet -e '.[pipeline,serve,dev]'
+	$(PY) -m pip install --quiet -e '.[pipeline,serve,storage,dev]'
 	@touch $@
 
 install: $(STAMP)  ## create .venv and install the project with all extras
@@ -105,7 +105,7 @@ set-images:  ## point runtimes/ (kustomize images:) at IMAGE_REGISTRY/IMAGE_TAG 
 wheelhouse:  ## fill WHEELHOUSE=DIR with the wheels both images install (on a connected machine)
 	$(if $(WHEELHOUSE),,$(error make wheelhouse: name the folder to fill, WHEELHOUSE=DIR))
 	@mkdir -p $(WHEELHOUSE)
-	{ for extra in '' serve pipeline build-system; do \
+	{ for extra in '' serve storage pipeline build-system; do \
 		$(PYTHON) docker/requirements.py pyproject.toml $$extra || exit 1; done; } \
 		> $(WHEELHOUSE)/requirements.txt
 	$(PYTHON) -m pip wheel --wheel-dir $(WHEELHOUSE) --requirement $(WHEELHOUSE)/requirements.txt \

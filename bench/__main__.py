@@ -15,6 +15,7 @@ from bench.harness import RESULTS, summary
 
 BENCHMARKS = {
     "corpus": "bench.corpus_speed",
+    "objectstore": "bench.objectstore_speed",
     "train": "bench.train_speed",
     "generation": "bench.generation_speed",
     "launcher": "bench.launcher_latency",

@@ -34,6 +34,7 @@ from components.placement import Placement
 from components.podlogs import PodLogs, PodRef, from_environment, node0_log
 from components.stagelog import LOG_TAIL_LINES, tail
 from gpt.errors import first_line
+from gpt.objectstore import ENV_OPTIONAL, ENV_REQUIRED
 
 GROUP = "trainer.kubeflow.org"
 VERSION = "v1alpha1"
@@ -112,6 +113,10 @@ class TrainJobSpec:
     command: list[str]
     args: list[str] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)
+    storage_secret: str = ""
+    """A Secret in the TrainJob's namespace whose object-store keys (gpt/objectstore.py's
+    ENV_REQUIRED, ENV_OPTIONAL) become the container's variables of the same names, by
+    reference: no value enters the TrainJob. Empty: none."""
     placement: Placement = Placement()
     """Nodes, processes per node, GPUs, and the deadline `launch` keeps."""
 
@@ -122,7 +127,8 @@ def build_trainjob(spec: TrainJobSpec, name: str, namespace: str, run: str) -> d
         "image": spec.image,
         "command": list(spec.command),
         "args": list(spec.args),
-        "env": [{"name": k, "value": v} for k, v in spec.env.items()],
+        "env": [{"name": k, "value": v} for k, v in spec.env.items()]
+        + secret_env(spec.storage_secret),
         "numNodes": spec.placement.num_nodes,
         "numProcPerNode": spec.placement.num_proc_per_node,
     }
@@ -146,6 +152,22 @@ def build_trainjob(spec: TrainJobSpec, name: str, namespace: str, run: str) -> d
             "activeDeadlineSeconds": math.ceil(spec.placement.timeout) + DEADLINE_MARGIN_S,
         },
     }
+
+
+def secret_env(secret: str) -> list[dict[str, Any]]:
+    """Env entries taking the object-store variables from the keys of the same names of
+    `secret`. A TrainJob's `spec.trainer.env` is a list of core/v1 EnvVar, whose
+    `valueFrom.secretKeyRef` the Trainer v2.3 CRD admits; it has no `envFrom`
+    (trainer.kubeflow.org_trainjobs.yaml). A missing Secret or required key keeps the pod from
+    starting (CreateContainerConfigError), which the launcher reports as a pod that does not
+    start; the optional keys are set only where the Secret has them."""
+    if not secret:
+        return []
+    return [
+        {"name": k, "valueFrom": {"secretKeyRef": {"name": secret, "key": k, "optional": opt}}}
+        for keys, opt in ((ENV_REQUIRED, False), (ENV_OPTIONAL, True))
+        for k in keys
+    ]
 
 
 # ---------------------------------------------------------------------------------------------

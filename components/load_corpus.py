@@ -21,6 +21,7 @@ def load_corpus(
     backend: str = "trainjob",
     workload_image: str = "",
     namespace: str = "",
+    storage_secret: str = "",
     timeout: float = 1800,
     start_timeout: float = 120,
 ) -> str:
@@ -31,7 +32,8 @@ def load_corpus(
         kfp_run_id: The pipeline passes its run id here (dsl.PIPELINE_JOB_ID_PLACEHOLDER); a KFP
             backend before 2.5 passes it unresolved, and then the step pod's `pipeline/runid`
             label stands in (components/step_context.py).
-        source: URL, file or directory of .txt files, or 'default' (the embedded corpus).
+        source: URL, file or directory of .txt files, s3:// or gs:// object or prefix/ (its
+            .txt objects), or 'default' (the embedded corpus).
         tokenizer: gpt2 or char.
         compact: gpt2 only: keep just the tokens the corpus uses.
         max_vocab: gpt2 compacted: at most this many tokens, the most frequent; 0: no limit.
@@ -41,6 +43,9 @@ def load_corpus(
         backend: trainjob (a Kubeflow Trainer TrainJob) or local (a process here).
         workload_image: Image the TrainJob runs (the pipeline sets it from images.env).
         namespace: Namespace of the TrainJob; empty: the step's own (its pod's namespace).
+        storage_secret: Secret in that namespace whose AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY
+            (and AWS_ENDPOINT_URL, AWS_REGION, ... where present) the TrainJob takes as its
+            variables, for s3:// URIs; empty: none (IRSA, or no object storage).
         timeout: Seconds before the TrainJob is deleted and the step fails.
         start_timeout: Seconds a TrainJob may go without a pod, and each pod may stay Pending
             (unschedulable, image not pulled), before the step fails with the reason.
@@ -70,6 +75,7 @@ def load_corpus(
         backend=backend,
         image=workload_image,
         namespace=namespace,
+        storage_secret=storage_secret,
     )
     for name, value in corpus_metrics(files).items():
         corpus_stats.log_metric(name, value)

@@ -25,6 +25,8 @@ BACKENDS = ("trainjob", "local")
 # Where every runtime mounts PVC gpt-pvc (runtimes/*.yaml): the root of run directories there.
 CLUSTER_ROOT = "/gpt"
 _RFC1123 = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+# A Secret's name: a DNS subdomain (dot-separated RFC 1123 labels, 253 characters at most).
+_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 
 
 def validate(
@@ -35,6 +37,7 @@ def validate(
     backend: str,
     image: str,
     namespace: str,
+    storage_secret: str = "",
 ) -> list[str]:
     """Check everything before anything is created; return the stage's arguments.
 
@@ -55,6 +58,13 @@ def validate(
             raise ValueError("workload_image: empty; a TrainJob needs the image to run the stage")
     if not stage.distributed and not placement.single_process:
         raise ValueError(f"num_nodes/num_proc_per_node: {stage.name} runs as one process")
+    if storage_secret and (not _SUBDOMAIN.match(storage_secret) or len(storage_secret) > 253):
+        raise ValueError(f"storage_secret {storage_secret!r}: not a valid Kubernetes Secret name")
+    if backend == "local" and storage_secret:
+        raise ValueError(
+            f"storage_secret {storage_secret!r}: the local backend has no Secrets; it reads "
+            "the object-store variables (AWS_ACCESS_KEY_ID, ...) from this machine's environment"
+        )
     if backend == "local" and placement.num_nodes != 1:
         raise ValueError(
             f"num_nodes {placement.num_nodes}: the local backend runs on this one machine"
@@ -86,6 +96,7 @@ def run_stage(
     backend: str,
     image: str = "",
     namespace: str = "",
+    storage_secret: str = "",
     on_update: Callable[[dict[str, Any]], None] | None = None,
     say: Callable[[str], None] = print,
 ) -> dict[str, bytes]:
@@ -94,12 +105,15 @@ def run_stage(
     `image` is the workload image the TrainJob runs (backend "trainjob"): the pipeline fixes it
     when it compiles (from images.env), so a step never guesses it from where it runs.
     `namespace` is where the TrainJob goes; empty: the step's own (components/step_context.py).
+    `storage_secret` names a Secret there whose object-store credentials the TrainJob's
+    container takes as its variables (`launcher.secret_env`); empty: none.
     Returns the stage's output files that exist, by their path inside the run directory.
     """
     stage = STAGES[name]
     if backend == "trainjob":
         namespace = step_context.namespace(namespace)
-    args = validate(stage, values, placement, backend=backend, image=image, namespace=namespace)
+    args = validate(stage, values, placement, backend=backend, image=image, namespace=namespace,
+                    storage_secret=storage_secret)  # fmt: skip
     rundir = RunDir.of(values["root"], values["run"])
     rels = [out.rel for out in stage.outputs]
     if backend == "local":
@@ -125,6 +139,7 @@ def run_stage(
         command=container_command(str(rundir.path), rels),
         args=program,
         env={"PYTHONUNBUFFERED": "1"},
+        storage_secret=storage_secret,
         placement=placement,
     )
     check_multi_node(placement.num_nodes, namespace)

@@ -26,6 +26,7 @@ def train_gpt(
     log_interval: int = 10,
     ckpt_interval: int = 500,
     seed: int = 1337,
+    export_uri: str = "",
     num_nodes: int = 1,
     num_proc_per_node: int = 0,
     gpus_per_node: int = 0,
@@ -33,6 +34,7 @@ def train_gpt(
     backend: str = "trainjob",
     workload_image: str = "",
     namespace: str = "",
+    storage_secret: str = "",
     timeout: float = 86400,
     start_timeout: float = 120,
 ) -> str:
@@ -56,6 +58,8 @@ def train_gpt(
         log_interval: Steps between metrics lines.
         ckpt_interval: Steps between checkpoints, which a restarted or re-run step resumes from.
         seed: Seed of initialization and batch order.
+        export_uri: Also copy the finished model/ to this s3:// or gs:// prefix, its manifest
+            gpt-export.json last; empty: no copy.
         num_nodes: Training nodes (TrainJob numNodes; trainjob backend only).
         num_proc_per_node: Processes per node (TrainJob numProcPerNode; torchrun when > 1);
             0: one per GPU (gpus_per_node), else 1.
@@ -64,6 +68,9 @@ def train_gpt(
         backend: trainjob (a Kubeflow Trainer TrainJob) or local (a process here).
         workload_image: Image the TrainJob runs (the pipeline sets it from images.env).
         namespace: Namespace of the TrainJob; empty: the step's own (its pod's namespace).
+        storage_secret: Secret in that namespace whose AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY
+            (and AWS_ENDPOINT_URL, AWS_REGION, ... where present) the TrainJob takes as its
+            variables, for s3:// URIs; empty: none (IRSA, or no object storage).
         timeout: Seconds before the TrainJob is deleted and the step fails.
         start_timeout: Seconds a TrainJob may go without a pod, and each pod may stay Pending
             (unschedulable, image not pulled), before the step fails with the reason.
@@ -103,11 +110,13 @@ def train_gpt(
             log_interval=log_interval,
             ckpt_interval=ckpt_interval,
             seed=seed,
+            export_uri=export_uri or None,  # unset: no copy (a shorter command line)
         ),
         placement,
         backend=backend,
         image=workload_image,
         namespace=namespace,
+        storage_secret=storage_secret,
     )
     for name, value in train_metrics(files).items():
         metrics.log_metric(name, value)

@@ -38,11 +38,13 @@ RUN groupadd --gid 1000 gpt \
 
 WORKDIR /opt/gpt-trainjobs
 # Dependencies first, read from pyproject.toml, in a layer that survives code changes: the core
-# ones, and the serve extra's (`transformers serve`, manifests/serve/transformers-serve.yaml).
+# ones, the serve extra's (`transformers serve`, manifests/serve/transformers-serve.yaml) and the
+# storage extra's (s3:// and gs:// sources and --export_uri).
 COPY pyproject.toml docker/requirements.py ./
 RUN --mount=type=bind,from=wheelhouse,target=/wheelhouse \
     python requirements.py pyproject.toml > requirements.txt \
  && python requirements.py pyproject.toml serve >> requirements.txt \
+ && python requirements.py pyproject.toml storage >> requirements.txt \
  && pip install --find-links /wheelhouse --extra-index-url "${TORCH_INDEX_URL}" \
         --requirement requirements.txt
 # The project itself, from pyproject.toml (its dependencies are satisfied by now); the GPT-2 BPE

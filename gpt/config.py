@@ -15,6 +15,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from gpt.objectstore import check_uri
 from gpt.rundir import RunDir, check_run_id
 from gpt.sources import DEFAULT_SOURCE, MAX_BYTES
 
@@ -257,6 +258,10 @@ class TrainConfig(ModelConfig, RunConfig):
     """Compute the loss a chunk of positions at a time, never holding the whole (micro-batch,
     context, vocabulary) logits (unset: on a GPU, where they are a step's largest tensors; not
     on a CPU, whose runs keep their bits: the chunks sum in another order)."""
+    export_uri: str = ""
+    """Also copy the finished model/ to this object-store prefix (s3://bucket/prefix, e.g. for
+    KServe's storageUri, or gs://...) after it is written locally; its manifest gpt-export.json
+    is written last, so a prefix without it holds no complete export. Empty: no copy."""
 
     def __post_init__(self) -> None:
         RunConfig.__post_init__(self)
@@ -290,6 +295,8 @@ class TrainConfig(ModelConfig, RunConfig):
         for name in ("weight_decay", "grad_clip"):
             if not getattr(self, name) >= 0:
                 raise ValueError(f"--{name} {getattr(self, name)}: must be >= 0")
+        if self.export_uri:
+            check_uri(self.export_uri, "--export_uri")
 
     def passes(self, train_tokens: int) -> float:
         """How many times the run's tokens (max_iters x batch_size x block_size) cover a
@@ -324,8 +331,9 @@ class CorpusConfig(RunConfig):
 
     source: str = DEFAULT_SOURCE
     """What to train on: an http(s) URL, a local .txt file, a local directory (its *.txt files in
-    name order), or 'default' (or empty) for the embedded Comedy of Errors, which needs no
-    network."""
+    name order), an s3:// or gs:// object, an s3:// or gs:// prefix ending in '/' (its *.txt
+    objects in key order), or 'default' (or empty) for the embedded Comedy of Errors, which
+    needs no network."""
     tokenizer: Literal["gpt2", "char"] = "gpt2"
     """gpt2: GPT-2 BPE (tiktoken, offline); char: one token per character of the corpus."""
     compact: bool = True
@@ -342,9 +350,11 @@ class CorpusConfig(RunConfig):
     overwrite: bool = False
     """Replace this run's corpus and data even if they came from different inputs."""
     download_timeout: float = 30.0
-    """Seconds to wait on a URL (connect and each read) before an attempt fails."""
+    """Seconds to wait on a URL or an object store (connect and each read) before an attempt
+    fails."""
     download_retries: int = 3
-    """Extra attempts after a failed download (connection errors, timeouts, HTTP 5xx/429)."""
+    """Extra attempts after a failed download (connection errors, timeouts, HTTP 5xx/429; the
+    object stores' own throttling and server errors)."""
     download_backoff: float = 1.0
     """Seconds before the first retry; doubled before each further one."""
     max_bytes: int = MAX_BYTES

@@ -1,11 +1,14 @@
 """Where a corpus comes from: fetch or read its bytes, decode them, clean the text.
 
-A source is spelled one of four ways: `default` (or empty) for the embedded *Comedy of Errors*,
-an `http://` / `https://` URL, a local file, or a local directory whose `*.txt` files (sorted by
-name, not recursive) are read in order. Documents are streamed, never held whole: a URL is
-downloaded to a file first, a file is read in chunks (twice: gpt/cleaning.py), each file of a
-directory is cleaned on its own. Every refusal is an `InputError` naming the source and the
-reason; the caller writes into a staging area, so a refusal leaves nothing behind.
+A source is spelled one of six ways: `default` (or empty) for the embedded *Comedy of Errors*,
+an `http://` / `https://` URL, a local file, a local directory whose `*.txt` files (sorted by
+name, not recursive) are read in order, an `s3://` or `gs://` object, or an object-store prefix
+(ending in "/") whose `*.txt` objects (in key order, not recursive) are read as a directory's
+files are. Documents are streamed, never held whole: a URL or an object is downloaded to a file
+first (gpt/objectstore.py), so both cleaning passes read the same bytes; a file is read in chunks
+(twice: gpt/cleaning.py), each file or object of a directory or prefix is cleaned on its own.
+Every refusal is an `InputError` naming the source and the reason; the caller writes into a
+staging area, so a refusal leaves nothing behind.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from typing import Any
 from gpt.atomic import writing
 from gpt.cleaning import emit, scan
 from gpt.errors import InputError
+from gpt.objectstore import Patience, Store, is_prefix, scheme_of
 from gpt.progress import Progress
 
 DEFAULT_SOURCE = "default"
@@ -69,16 +73,22 @@ class Download:
 
 
 def kind_of(source: str) -> str:
-    """'embedded', 'url', 'file' or 'dir'; refuses URL schemes other than http(s)."""
+    """'embedded', 'url', 'file', 'dir', 'object' or 'prefix' (s3:// or gs://; decided from the
+    spelling alone, no network); refuses other URL schemes."""
     if source in ("", DEFAULT_SOURCE):
         return "embedded"
     url = _URL.match(source)
     if url:
         scheme = url.group(1).lower()
+        if scheme_of(source):
+            if not source.split("://", 1)[1].split("/", 1)[0]:
+                raise InputError(f"--source {source!r}: no bucket")
+            return "prefix" if is_prefix(source) else "object"
         if scheme not in ("http", "https"):
             raise InputError(
                 f"--source {source!r}: scheme {scheme!r} is not supported "
-                "(use an http(s) URL, a local file or directory, or 'default')"
+                "(use an http(s) URL, an s3:// or gs:// URI, a local file or directory, "
+                "or 'default')"
             )
         return "url"
     try:
@@ -107,7 +117,7 @@ def canonical(source: str) -> str:
     kind = kind_of(source)
     if kind == "embedded":
         return DEFAULT_SOURCE
-    return source if kind == "url" else str(Path(source).resolve())
+    return source if kind in ("url", "object", "prefix") else str(Path(source).resolve())
 
 
 def read_source(
@@ -116,9 +126,11 @@ def read_source(
 ) -> list[Document]:
     """Clean the documents of `source` in order, writing their kept text through `write` (as
     UTF-8 bytes), one blank line ("\\n\\n") between documents; returns
-    what was read of each. A URL is downloaded into `scratch` first. `progress` hears of every
-    chunk of raw bytes cleaned."""
+    what was read of each. A URL or an object is downloaded into `scratch` first. `progress`
+    hears of every chunk of raw bytes cleaned."""
     kind = kind_of(source)
+    if kind in ("object", "prefix"):
+        return read_objects(source, kind, dl, scratch, write, progress)
     if kind == "embedded":
         with resources.as_file(resources.files("gpt.assets") / EMBEDDED_ASSET) as path:
             origin = f"embedded:{EMBEDDED_ASSET}"
@@ -145,6 +157,28 @@ def read_source(
             write(b"\n\n")
         docs.append(read_document(str(p.resolve()), p, left, write, progress))
         left -= docs[-1].raw_bytes
+    return docs
+
+
+def read_objects(
+    source: str, kind: str, dl: Download, scratch: Path, write: Callable[[bytes], object],
+    progress: Callable[[int], None],
+) -> list[Document]:
+    """An object, or a prefix's `*.txt` objects in key order, each downloaded into `scratch`,
+    cleaned, and deleted before the next (disk: the largest object, not the prefix)."""
+    store = Store(source, "--source", Patience(dl.timeout, dl.retries))
+    objects = [(source, store.size())] if kind == "object" else store.texts()
+    total = sum(size for _, size in objects)
+    if total > dl.max_bytes:
+        raise InputError(f"--source {source!r}: {total} bytes exceeds --max_bytes {dl.max_bytes}")
+    docs: list[Document] = []
+    path = scratch / "download"
+    for uri, _ in objects:
+        if docs:
+            write(b"\n\n")
+        got = store.download(uri, path, dl.max_bytes - sum(d.raw_bytes for d in docs))
+        docs.append(read_document(uri, path, got, write, progress))
+        path.unlink()
     return docs
 
 

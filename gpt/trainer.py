@@ -1,6 +1,7 @@
 """train-gpt: `python -m gpt train-gpt` (one process) or `torchrun ... -m gpt -- train-gpt` (DDP).
 
-Reads `data/` of the run, trains a GPT, and writes `ckpt/`, `metrics/` and the exported `model/`;
+Reads `data/` of the run, trains a GPT, and writes `ckpt/`, `metrics/` and the exported `model/`
+(copied on to `--export_uri` when one is given, gpt/objectstore.py);
 its flags are gpt/config.py's TrainConfig. The training loop: one `Trainer` per process, the same
 code for one process or many.
 
@@ -37,6 +38,7 @@ from gpt.ema import WeightAverage
 from gpt.errors import InputError
 from gpt.export import save_export
 from gpt.model import GPT
+from gpt.objectstore import Store
 from gpt.spelling import free_vectors, spelling_of
 from gpt.stages import TRAIN_GPT, to_args
 from gpt.stopping import Stopped, StopRequest
@@ -468,6 +470,8 @@ class Trainer:
             f"(stopped by {stopped_by}); val {val['val_loss']:.4f} nats/token, "
             f"{val['val_bpb']:.3f} bits/byte; model in {run.model_dir}, report in {run.report_md}"
         )
+        if cfg.export_uri:  # the local export is whole by now: copy it as it is
+            Store(cfg.export_uri, "--export_uri").upload_dir(run.model_dir, self.log)
 
 
 def main(cfg: TrainConfig) -> None:

@@ -49,6 +49,7 @@ def gpt_trainjobs_pipeline(
     num_proc_per_node: int = 0,
     gpus_per_node: int = 0,
     train_timeout: float = 86400,
+    export_uri: str = "",
     # the prompt
     prompt: list = [],  # noqa: B006  (read by the compiler; never mutated)
     max_new_tokens: int = 200,
@@ -61,6 +62,7 @@ def gpt_trainjobs_pipeline(
     start_timeout: float = 120,
     backend: str = "trainjob",
     namespace: str = "",
+    storage_secret: str = "",
     root: str = "/gpt",
     run: str = "",
     # fixed when the pipeline compiles (images.env, or IMAGE_REGISTRY/IMAGE_TAG); a run may
@@ -70,7 +72,8 @@ def gpt_trainjobs_pipeline(
     """load-corpus -> train-gpt -> generative-prompt.
 
     Args:
-        source: Text to train on: URL, file or directory of .txt, or 'default' (embedded).
+        source: Text to train on: URL, file or directory of .txt, s3:// or gs:// object or
+            prefix/ (its .txt objects), or 'default' (embedded).
         tokenizer: gpt2 or char.
         compact: gpt2 only: keep just the tokens the corpus uses.
         max_vocab: gpt2 compacted: at most this many tokens, the most frequent; 0: no limit.
@@ -96,6 +99,8 @@ def gpt_trainjobs_pipeline(
             GPU (gpus_per_node), else 1.
         gpus_per_node: NVIDIA GPUs per training node; 0: CPU.
         train_timeout: Seconds before the training TrainJob is deleted and the run fails.
+        export_uri: Also copy the finished model/ to this s3:// or gs:// prefix (e.g. for
+            KServe's storageUri), its manifest gpt-export.json last; empty: no copy.
         prompt: Prompts to answer one-shot; empty: an interactive session (kubectl attach).
         max_new_tokens: Most tokens per reply.
         temperature: Softmax temperature; 0 is greedy.
@@ -109,6 +114,10 @@ def gpt_trainjobs_pipeline(
         backend: trainjob (Kubeflow Trainer TrainJobs) or local (processes on this machine).
         namespace: Namespace of the TrainJobs and PVC gpt-pvc; empty: the steps' own (kubeflow on
             standalone KFP, the profile namespace on multi-user Kubeflow).
+        storage_secret: Secret in that namespace with the object-store credentials
+            (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, optionally AWS_ENDPOINT_URL, AWS_REGION)
+            that load-corpus and train-gpt take by reference; empty: none (no object storage,
+            or IRSA / Workload Identity).
         root: Directory of run directories: /gpt (the PVC) for trainjob, a folder for local.
         run: Run directory name; empty: the KFP run id.
         workload_image: Image the TrainJobs run (the gpt package and PyTorch).
@@ -124,6 +133,7 @@ def gpt_trainjobs_pipeline(
         max_vocab=max_vocab,
         val_fraction=val_fraction,
         block_size=block_size,
+        storage_secret=storage_secret,
         **common,
     )
     train = train_gpt(
@@ -146,7 +156,9 @@ def gpt_trainjobs_pipeline(
         num_nodes=num_nodes,
         num_proc_per_node=num_proc_per_node,
         gpus_per_node=gpus_per_node,
+        export_uri=export_uri,
         timeout=train_timeout,
+        storage_secret=storage_secret,
         **common,
     )
     chat = generative_prompt(

@@ -137,6 +137,15 @@ def test_workload_image_installs_the_project_with_its_dependencies() -> None:
     assert "torch" in " ".join(requirements(str(PROJECT / "pyproject.toml")))
 
 
+def test_workload_image_has_the_storage_extra_for_s3_and_gs_uris() -> None:
+    # load-corpus's s3:// and gs:// sources and train-gpt's --export_uri run in this image.
+    commands = shell_commands(WORKLOAD_DOCKERFILE)
+    assert ["python", "requirements.py", "pyproject.toml", "storage", ">>"] in [
+        c[:5] for c in commands]  # fmt: skip
+    storage = " ".join(requirements(str(PROJECT / "pyproject.toml"), "storage"))
+    assert "s3fs" in storage and "gcsfs" in storage
+
+
 def test_workload_image_is_cpu_by_default_and_cuda_by_build_arg() -> None:
     build_args = dict(
         rest.split("=", 1) for ins, rest in instructions(WORKLOAD_DOCKERFILE) if ins == "ARG"

@@ -94,3 +94,43 @@ def test_kserves_admission_refuses_what_upstream_refuses(change, message):
     with pytest.raises(Refused) as e:
         admit(_broken(change))
     assert message in str(e.value)
+
+
+S3_MANIFEST = PROJECT / "manifests" / "serve" / "inferenceservice-s3.yaml"
+EXPORT_URI, SECRET = "s3://gpt-models/runs/6f1c2a9e", "gpt-s3"
+
+
+def rendered_s3(run: str) -> tuple[dict, dict]:
+    """manifests/serve/inferenceservice-s3.yaml as `envsubst '$RUN $EXPORT_URI $SECRET'`
+    renders it: its ServiceAccount and InferenceService."""
+    text = S3_MANIFEST.read_text()
+    for name, value in (("RUN", run), ("EXPORT_URI", EXPORT_URI), ("SECRET", SECRET)):
+        text = text.replace("${" + name + "}", value)
+    account, isvc = yaml.safe_load_all(text)
+    return account, isvc
+
+
+@pytest.mark.apiserver
+def test_the_s3_inferenceservice_is_admitted_and_reads_the_export_with_kserves_credentials(kserve):
+    account, isvc = rendered_s3(RUN_ID)
+    admit(isvc)
+    ns = namespace()
+    created = kserve.create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, isvc)
+    predictor = created["spec"]["predictor"]
+    # The model comes from the pipeline's export_uri, as KServe's storage initializer reads it,
+    assert predictor["model"]["storageUri"] == EXPORT_URI
+    assert predictor["model"]["modelFormat"]["name"] == "huggingface"
+    # with the credentials of KServe's convention: the predictor's ServiceAccount names the
+    # Secret (whose annotations give the endpoint, docs/cluster.md).
+    assert account["kind"] == "ServiceAccount"
+    assert predictor["serviceAccountName"] == account["metadata"]["name"]
+    assert account["secrets"] == [{"name": SECRET}]
+    assert created["metadata"]["labels"][RUN_LABEL] == account["metadata"]["labels"][RUN_LABEL]
+
+
+def test_the_pvc_and_s3_inferenceservices_differ_only_in_where_the_model_comes_from():
+    _, s3 = rendered_s3(RUN_ID)
+    pvc = rendered(RUN_ID)
+    del s3["spec"]["predictor"]["serviceAccountName"]
+    s3["spec"]["predictor"]["model"]["storageUri"] = pvc["spec"]["predictor"]["model"]["storageUri"]
+    assert s3 == pvc

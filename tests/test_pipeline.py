@@ -67,7 +67,8 @@ def test_compiles_to_three_chained_uncached_steps(tmp_path):
     params = spec["root"]["inputDefinitions"]["parameters"]
     for knob in ("source", "tokenizer", "n_layer", "n_embd", "max_iters", "time_budget",
                  "num_nodes", "num_proc_per_node", "temperature", "top_k", "top_p", "prompt",
-                 "idle_timeout", "namespace", "backend"):  # fmt: skip
+                 "idle_timeout", "namespace", "backend", "storage_secret",
+                 "export_uri"):  # fmt: skip
         assert knob in params, f"pipeline parameter {knob} missing"
     # The workload image is fixed at compile time from images.env and handed to every step, so
     # what a TrainJob runs never depends on the component image a step happens to run in.
@@ -75,6 +76,14 @@ def test_compiles_to_three_chained_uncached_steps(tmp_path):
     for t in STEPS:
         given = tasks[t]["inputs"]["parameters"]["workload_image"]
         assert given["componentInputParameter"] == "workload_image"
+    # Object storage: the Secret's name (never a value) reaches the two steps that read or write
+    # it, the export's prefix the training step; by default neither is set.
+    for t, knobs in (("load-corpus", ["storage_secret"]),
+                     ("train-gpt", ["storage_secret", "export_uri"])):  # fmt: skip
+        for knob in knobs:
+            assert tasks[t]["inputs"]["parameters"][knob]["componentInputParameter"] == knob
+            assert params[knob].get("defaultValue", "") == ""
+    assert "storage_secret" not in tasks["generative-prompt"]["inputs"]["parameters"]
 
 
 def test_committed_yaml_is_what_make_compile_writes(tmp_path):
@@ -136,9 +145,19 @@ def test_parameters_share_the_cli_names_and_defaults(func):
         (lambda r: generative_prompt.python_func(run="r", top_p=0, backend="local", root=r,
                                                  transcript=None),
          "--top_p"),
+        (lambda r: load_corpus.python_func(run="r", root="/gpt", namespace="ns",
+                                           workload_image="img", storage_secret="Bad_Name",
+                                           corpus_stats=None),
+         "storage_secret 'Bad_Name': not a valid Kubernetes Secret name"),
+        (lambda r: load_corpus.python_func(run="r", backend="local", root=r, corpus_stats=None,
+                                           storage_secret="gpt-s3"),
+         "storage_secret 'gpt-s3': the local backend has no Secrets"),
+        (lambda r: train_gpt.python_func(run="r", backend="local", root=r,
+                                         export_uri="s3:///model", **ART),
+         "--export_uri 's3:///model': no bucket"),
     ],
     ids=["config-check", "local-nodes", "backend", "root", "no-namespace", "namespace", "no-image",
-         "choice", "run", "top_p"],
+         "choice", "run", "top_p", "secret-name", "secret-local", "export-uri"],
 )  # fmt: skip
 def test_bad_input_stops_a_step_before_anything_starts(call, message, tmp_path):
     root = tmp_path / "root"

@@ -247,10 +247,25 @@ def test_bad_local_sources(tmp_path: Path) -> None:
         read_source(str(tmp_path), Download(max_bytes=99))
 
 
-@pytest.mark.parametrize("url", ["ftp://example.org/a.txt", "file:///etc/hostname", "s3://b/k"])
-def test_only_http_and_https_urls(url: str) -> None:
+@pytest.mark.parametrize("url", ["ftp://example.org/a.txt", "file:///etc/hostname",
+                                 "memory://b/k"])  # fmt: skip
+def test_only_http_https_s3_and_gs_urls(url: str) -> None:
     with pytest.raises(InputError, match="scheme .* is not supported"):
         kind_of(url)
+
+
+@pytest.mark.parametrize("uri,kind", [
+    ("s3://b/k.txt", "object"), ("s3://b/texts/", "prefix"), ("s3://b", "prefix"),
+    ("S3://b/", "prefix"), ("gs://b/a/k.txt", "object"), ("gs://b/a/", "prefix"),
+])  # fmt: skip
+def test_object_store_uris_are_told_apart_by_spelling_alone(uri: str, kind: str) -> None:
+    assert kind_of(uri) == kind  # no network: the component image checks flags with this
+    assert canonical(uri) == uri
+
+
+def test_an_object_store_uri_needs_a_bucket() -> None:
+    with pytest.raises(InputError, match="'s3:///k.txt': no bucket"):
+        kind_of("s3:///k.txt")
 
 
 def test_url_is_fetched_and_cleaned(server: str) -> None:
