@@ -95,7 +95,7 @@ def wheelhouse() -> Path:
     """`make wheelhouse` into the cache, again only when the requirements changed."""
     folder = CACHE / "wheelhouse"
     wanted = subprocess.run(
-        ["bash", "-c", "for e in '' serve pipeline build-system; do "
+        ["bash", "-c", "for e in '' serve storage pipeline build-system; do "
          "python3 docker/requirements.py pyproject.toml $e; done"],
         cwd=PROJECT, check=True, capture_output=True, text=True).stdout  # fmt: skip
     done = folder / ".complete"
