@@ -64,8 +64,11 @@ prompt: $(STAMP)  ## talk to the trained model of ROOT/RUN (after make demo); ex
 compile: $(STAMP)  ## compile the pipeline to pipeline/gpt_trainjobs_pipeline.yaml (commit it)
 	$(PY) -m pipeline compile
 
+# Four processes on two cores: most of a test's time is spent waiting (on subprocesses, the test
+# API server, watches), not computing. TEST_WORKERS=0 runs the suite in this one process.
+TEST_WORKERS ?= 4
 test: $(STAMP)  ## run the test suite
-	$(PY) -m pytest
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist worksteal
 
 # Root with Buildah and mmdebstrap (apt-get install buildah mmdebstrap); skipped, with the reason,
 # elsewhere. Layers, the base image and the wheelhouse stay on the machine for the next run.

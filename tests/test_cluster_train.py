@@ -138,7 +138,10 @@ def test_without_restarts_left_the_step_fails_at_once_and_a_rerun_resumes(
         failed_at = time.monotonic()
     finally:
         recreate(trainer_cluster.api, runtime)
-    assert failed_at - killer.killed_at[0] < SYNC_BATCH_S + 1.0  # the Job's next sync, and ours
+    # At once: the JobSet's failure ends the step, where the surviving node alone would wait in
+    # its next all-reduce for the process group's 30-minute timeout. (Seconds, not the Job's
+    # one-second sync: the bound must hold on a busy machine too.)
+    assert failed_at - killer.killed_at[0] < SYNC_BATCH_S + 15
     text = str(err.value)
     assert "ReachedMaxRestarts: jobset failed due to reaching max number of restarts" in text
     assert "Log tail:" in text

@@ -161,7 +161,7 @@ fake_log = FakePods()
 
 
 @pytest.mark.apiserver
-def test_returns_on_complete_within_a_second(custom_api):
+def test_returns_as_soon_as_the_watch_sees_complete(custom_api):
     ns = namespace()
     ctl = Controller(custom_api, ns, condition("Complete", "JobsCompleted", "done"), delay=1.0)
     outcome = launcher.launch(SPEC, ns, "demo", api=custom_api, pods=fake_log)
@@ -170,7 +170,7 @@ def test_returns_on_complete_within_a_second(custom_api):
     assert outcome.name == ctl.created["metadata"]["name"]
     latency = returned_at - ctl.patched_at
     print(f"watch latency: {latency * 1000:.0f} ms")
-    assert latency < 1.0
+    assert latency < 5  # the watch's event, not the end of its 300 s window (on a busy machine)
     assert outcome.log.startswith(f"log of {outcome.name} (tail=None)")
     # What the server accepted is what the launcher built: the CRD schema and CEL rules passed.
     stored = custom_api.get_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, outcome.name)
