@@ -68,7 +68,7 @@ compile: $(STAMP)  ## compile the pipeline to pipeline/gpt_trainjobs_pipeline.ya
 # API server, watches), not computing. TEST_WORKERS=0 runs the suite in this one process.
 TEST_WORKERS ?= 4
 test: $(STAMP)  ## run the test suite
-	$(PY) -m pytest -n $(TEST_WORKERS) --dist worksteal
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist load --maxschedchunk 1 --durations=20
 
 # Root with Buildah and mmdebstrap (apt-get install buildah mmdebstrap); skipped, with the reason,
 # elsewhere. Layers, the base image and the wheelhouse stay on the machine for the next run.

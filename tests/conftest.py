@@ -17,9 +17,16 @@ SHARED = PROJECT.parent / "shared"
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The slow tests first: run in parallel (`make test`), the longest ones then do not start
-    last and leave one worker running alone at the end."""
-    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+    """The longest tests first, so that, run in parallel (`make test`), they do not start last
+    and leave one worker running alone at the end; and the tests that take minutes each paired
+    with one other, since xdist's `--dist load --maxschedchunk 1` hands every worker two
+    consecutive tests to begin with: each of them then starts at once on a worker of its own."""
+    items.sort(key=lambda item: (item.get_closest_marker("minutes") is None,
+                                 item.get_closest_marker("slow") is None))
+    minutes = [item for item in items if item.get_closest_marker("minutes")]
+    rest = items[len(minutes):]
+    paired = [i for pair in zip(minutes, rest, strict=False) for i in pair]
+    items[:] = paired + rest[len(minutes):]
 
 
 @pytest.fixture(scope="session")

@@ -83,6 +83,7 @@ def _new_run(cluster, seen: set[str], arg: str = "", timeout: float = 120):
     raise TimeoutError(f"no new TrainJob for {arg!r}")
 
 
+@pytest.mark.minutes
 @pytest.mark.skipif(not pid_namespaces(), reason="PID namespaces need root (cluster/pid1.py)")
 def test_an_evicted_trainjob_checkpoints_and_resumes_bit_identical(pvc, trainer_cluster):
     """Four evictions at random steps, of one node's TrainJob and of either node of a two-node

@@ -161,6 +161,7 @@ def reference(tmp_path_factory) -> tuple[Path, dict[str, float]]:
 
 
 @pytest.mark.slow
+@pytest.mark.minutes
 def test_sigkill_at_random_moments_then_the_same_command_completes_identically(
     reference, tmp_path: Path
 ) -> None:
