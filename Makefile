@@ -64,9 +64,9 @@ prompt: $(STAMP)  ## talk to the trained model of ROOT/RUN (after make demo); ex
 compile: $(STAMP)  ## compile the pipeline to pipeline/gpt_trainjobs_pipeline.yaml (commit it)
 	$(PY) -m pipeline compile
 
-# Four processes on two cores: most of a test's time is spent waiting (on subprocesses, the test
-# API server, watches), not computing. TEST_WORKERS=0 runs the suite in this one process.
-TEST_WORKERS ?= 4
+# One process per core (more made every test slower: the CPU time grew by half); the tests that
+# take minutes start first (tests/conftest.py). TEST_WORKERS=0 runs the suite in this process.
+TEST_WORKERS ?= $(shell nproc 2>/dev/null || echo 2)
 test: $(STAMP)  ## run the test suite
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist load --maxschedchunk 1 --durations=20
 

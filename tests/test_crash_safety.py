@@ -162,6 +162,7 @@ def reference(tmp_path_factory) -> tuple[Path, dict[str, float]]:
 
 @pytest.mark.slow
 @pytest.mark.minutes
+@pytest.mark.timeout(1200)  # its trials are whole pipeline runs: 5-9 minutes beside other tests
 def test_sigkill_at_random_moments_then_the_same_command_completes_identically(
     reference, tmp_path: Path
 ) -> None:
