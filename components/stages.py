@@ -24,9 +24,10 @@ from gpt.stages import STAGES, Stage, to_args
 BACKENDS = ("trainjob", "local")
 # Where every runtime mounts PVC gpt-pvc (runtimes/*.yaml): the root of run directories there.
 CLUSTER_ROOT = "/gpt"
-_RFC1123 = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"  # an RFC 1123 label (a namespace's name)
+_RFC1123 = re.compile(rf"^{_LABEL}$")
 # A Secret's name: a DNS subdomain (dot-separated RFC 1123 labels, 253 characters at most).
-_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_SUBDOMAIN = re.compile(rf"^{_LABEL}(\.{_LABEL})*$")
 
 
 def validate(
