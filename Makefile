@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 # Local runs live under ROOT/RUN (on a cluster: /gpt/<KFP run id>).
 ROOT ?= runs
 RUN ?= demo
-# Container images. images.env is the one source of their names (components/images.py reads it
+# Container images. images.env is the one source of their names (components/step/image_names.py reads it
 # too); `make ... IMAGE_REGISTRY=... IMAGE_TAG=...` overrides it, and the export hands the same
 # names to every command make runs, compiling the pipeline among them.
 include images.env

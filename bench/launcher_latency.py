@@ -14,9 +14,9 @@ import time
 from pathlib import Path
 
 from bench.harness import SHARED, Result, Stats, fmt_stats
-from components.launcher import TrainJobSpec, launch
-from components.placement import Placement
-from components.podlogs import LogDirPodLogs
+from components.trainjob.launcher import TrainJobSpec, launch
+from components.trainjob.placement import Placement
+from components.trainjob.podlogs import LogDirPodLogs
 from tests.apiserver import Controller, available, condition, namespace, running
 
 REPEATS = 20

@@ -3,7 +3,7 @@
 from kfp import dsl
 from kfp.dsl import Markdown, Output
 
-from components.images import component_image
+from components.step.image_names import component_image
 
 
 @dsl.component(base_image=component_image(), install_kfp_package=False)
@@ -48,10 +48,10 @@ def generative_prompt(
         start_timeout: Seconds a TrainJob may go without a pod, and each pod may stay Pending
             (unschedulable, image not pulled), before the step fails with the reason.
     """
-    from components.artifacts import transcript_markdown
-    from components.attach import attach_hint
-    from components.placement import Placement
-    from components.stages import run_stage
+    from components.step.artifacts import transcript_markdown
+    from components.step.dispatch import run_stage
+    from components.trainjob.attach import attach_hint
+    from components.trainjob.placement import Placement
 
     interactive = backend == "trainjob" and not prompt
     files = run_stage(

@@ -3,7 +3,7 @@
 from kfp import dsl
 from kfp.dsl import Metrics, Output
 
-from components.images import component_image
+from components.step.image_names import component_image
 
 
 @dsl.component(base_image=component_image(), install_kfp_package=False)
@@ -31,7 +31,7 @@ def load_corpus(
         run: Run directory name under root; empty: the KFP run id (`kfp_run_id`).
         kfp_run_id: The pipeline passes its run id here (dsl.PIPELINE_JOB_ID_PLACEHOLDER); a KFP
             backend before 2.5 passes it unresolved, and then the step pod's `pipeline/runid`
-            label stands in (components/step_context.py).
+            label stands in (components/step/context.py).
         source: URL, file or directory of .txt files, s3:// or gs:// object or prefix/ (its
             .txt objects), or 'default' (the embedded corpus).
         tokenizer: gpt2 or char.
@@ -53,10 +53,10 @@ def load_corpus(
     Returns:
         The run directory name, for the next stages.
     """
-    from components.artifacts import corpus_metrics
-    from components.placement import Placement
-    from components.stages import run_stage
-    from components.step_context import run_id
+    from components.step.artifacts import corpus_metrics
+    from components.step.context import run_id
+    from components.step.dispatch import run_stage
+    from components.trainjob.placement import Placement
 
     run = run or run_id(kfp_run_id)
     files = run_stage(

@@ -3,7 +3,7 @@
 from kfp import dsl
 from kfp.dsl import HTML, Metrics, Output
 
-from components.images import component_image
+from components.step.image_names import component_image
 
 
 @dsl.component(base_image=component_image(), install_kfp_package=False)
@@ -78,9 +78,9 @@ def train_gpt(
     Returns:
         The run directory name, for the next stage.
     """
-    from components.artifacts import train_metrics, train_report_html
-    from components.placement import Placement
-    from components.stages import run_stage
+    from components.step.artifacts import train_metrics, train_report_html
+    from components.step.dispatch import run_stage
+    from components.trainjob.placement import Placement
 
     placement = Placement(
         num_nodes=num_nodes,

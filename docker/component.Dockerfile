@@ -27,13 +27,13 @@ COPY README.md images.env ./
 COPY gpt/ gpt/
 COPY components/ components/
 COPY pipeline/ pipeline/
-# Importing a component module names its base image from images.env (components/images.py), so
+# Importing a component module names its base image from images.env (components/step/image_names.py), so
 # the image carries that file where images.py looks. Which workload image a TrainJob runs is not
 # decided here: the compiled pipeline passes it (parameter workload_image).
 # Smoke test: every module of both packages imports as installed (-I: not from the source here).
 RUN --mount=type=bind,from=wheelhouse,target=/wheelhouse \
     pip install --find-links /wheelhouse --no-deps . \
- && cp images.env "$(python -I -c 'from components.images import IMAGES_ENV; print(IMAGES_ENV)')" \
+ && cp images.env "$(python -I -c 'from components.step.image_names import IMAGES_ENV; print(IMAGES_ENV)')" \
  && python -I -c "import importlib, pkgutil, kfp, components, pipeline; \
 print('kfp', kfp.__version__, *[importlib.import_module(f'{p.__name__}.{m.name}').__name__ \
 for p in (components, pipeline) for m in pkgutil.iter_modules(p.__path__)])"

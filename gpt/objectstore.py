@@ -32,8 +32,8 @@ from gpt.errors import InputError, first_line
 from gpt.progress import Progress
 
 # The variables the S3 client reads here: on a cluster each comes from the key of the same name
-# of the Secret a step names (`storage_secret`, components/launcher.py); the first two must be in
-# it, the others may.
+# of the Secret a step names (`storage_secret`, components/trainjob/launcher.py); the first two must
+# be in it, the others may.
 ENV_REQUIRED = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
 ENV_OPTIONAL = ("AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_REGION",
                 "AWS_DEFAULT_REGION")  # fmt: skip

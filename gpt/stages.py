@@ -3,7 +3,7 @@
 A stage's name is its pipeline step's name (`train-gpt`); from it come the command line
 `python -m gpt train-gpt` (under torchrun: `torchrun ... -m gpt -- train-gpt`), the
 ClusterTrainingRuntime `gpt-train-gpt` (runtimes/) and the KFP component module
-`components/train_gpt.py`. The CLI (gpt/cli.py), the components (components/stages.py), the
+`components/train_gpt.py`. The CLI (gpt/cli.py), the components (components/step/dispatch.py), the
 local backend and the tests all read this table. No PyTorch here: a stage's module, which does
 the work, is imported only when the stage runs. See docs/architecture.md.
 """

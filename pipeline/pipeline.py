@@ -9,9 +9,9 @@ where the pipeline chooses otherwise (block_size: one value for corpus and train
 from kfp import dsl, kubernetes
 
 from components.generative_prompt import generative_prompt
-from components.images import workload_image as images_env_workload_image
 from components.load_corpus import load_corpus
-from components.step_context import NAMESPACE_ENV, RUN_ID_ENV, RUN_ID_LABEL
+from components.step.context import NAMESPACE_ENV, RUN_ID_ENV, RUN_ID_LABEL
+from components.step.image_names import workload_image as images_env_workload_image
 from components.train_gpt import train_gpt
 
 NAME = "gpt-trainjobs"

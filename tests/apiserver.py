@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from components.launcher import GROUP, PLURAL, VERSION
+from components.trainjob.launcher import GROUP, PLURAL, VERSION
 
 CRDS = Path("trainer-crds") / "v2.3.0"
 START = Path("k8s-apiserver") / "start.sh"

@@ -1,4 +1,4 @@
-"""The KFP artifacts of a train-gpt run (components/artifacts.py): the HTML report KFP's viewer
+"""The KFP artifacts of a train-gpt run (components/step/artifacts.py): the HTML report KFP's viewer
 shows is report.md rendered, with its curve, and numbers as people read them."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import json
 import re
 from html.parser import HTMLParser
 
-from components.artifacts import LOSS_PNG, REPORT_MD, TRAIN_JSONL, train_report_html
+from components.step.artifacts import LOSS_PNG, REPORT_MD, TRAIN_JSONL, train_report_html
 from gpt import report
 from gpt.rundir import RunDir
 

@@ -14,11 +14,11 @@ from cluster import PROJECT, jobset_webhook, runtimes
 from cluster.jobset_webhook import admission_error
 from cluster.render import master_addr, render
 
-from components import launcher
-from components.images import workload_image
-from components.launcher import GROUP, PLURAL, VERSION, TrainJobSpec
-from components.placement import Placement
-from components.podlogs import LogDirPodLogs
+from components.step.image_names import workload_image
+from components.trainjob import launcher
+from components.trainjob.launcher import GROUP, PLURAL, VERSION, TrainJobSpec
+from components.trainjob.placement import Placement
+from components.trainjob.podlogs import LogDirPodLogs
 from gpt.stages import STAGES
 
 RUNTIMES = {}
@@ -195,7 +195,8 @@ def test_the_jobset_webhook_checks_group_name_and_subdomain():
 
 
 def test_what_12ee68a_named_a_trainjob_of_a_kfp_run_is_refused():
-    # `<stage>-<run>-<6 hex>` with the run id, as components/launcher.py named it at 12ee68a.
+    # `<stage>-<run>-<6 hex>` with the run id, as components/trainjob/launcher.py named it at
+    # 12ee68a.
     for stage in STAGES:
         assert admission_error(jobset_of(f"{stage}-{KFP_RUN_ID}-abc123", 1, stage)), stage
 

@@ -14,18 +14,18 @@ import pytest
 from cluster.kubelet import Kubelet, LogRotation
 from cluster.render import Rendered
 
-from components import launcher
-from components.artifacts import (
+from components.step.artifacts import (
     LOSS_PNG,
     REPORT_MD,
     TRAIN_JSONL,
     train_metrics,
     train_report_html,
 )
-from components.launcher import GROUP, PLURAL, VERSION, TrainJobSpec
-from components.placement import Placement
-from components.podlogs import LogDirPodLogs
-from components.stagelog import (
+from components.trainjob import launcher
+from components.trainjob.launcher import GROUP, PLURAL, VERSION, TrainJobSpec
+from components.trainjob.placement import Placement
+from components.trainjob.podlogs import LogDirPodLogs
+from components.trainjob.stagelog import (
     CARRY_MAX_BYTES,
     CARRY_MAX_RECORDS,
     CarriedFiles,
@@ -340,7 +340,7 @@ def core_v1(monkeypatch):
 
 
 def test_the_core_api_source_follows_pods_log_and_finds_node_zeros_newest_pod(core_v1):
-    from components.podlogs import CoreV1PodLogs, PodRef
+    from components.trainjob.podlogs import CoreV1PodLogs, PodRef
 
     logs = CoreV1PodLogs()
     assert logs.node0("ns", "j") == PodRef("j-node-0-0-ccccc", 1)

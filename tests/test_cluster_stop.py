@@ -26,9 +26,9 @@ from safetensors.torch import load_file
 from test_cluster_logs import stand_in
 from test_cluster_train import FLAGS, train_on_cluster
 
-from components.launcher import GROUP, PLURAL, VERSION, TrainJobFailed
-from components.placement import Placement
-from components.stages import run_stage
+from components.step.dispatch import run_stage
+from components.trainjob.launcher import GROUP, PLURAL, VERSION, TrainJobFailed
+from components.trainjob.placement import Placement
 from gpt.rundir import RunDir
 from pipeline.__main__ import COMPILED
 from tests.train_fixtures import write_data
@@ -178,7 +178,7 @@ def test_a_failed_job_deletes_its_running_pods_and_keeps_the_failed_one(trainer_
         time.sleep(600)
     """)
     spec = stand_in(program, nodes=2)
-    from components import launcher
+    from components.trainjob import launcher
 
     with pytest.raises(TrainJobFailed, match="FailJobSetFailurePolicyAction") as failed:
         launcher.launch(spec, trainer_cluster.namespace, "r", say=lambda _: None)
@@ -192,7 +192,7 @@ def test_a_failed_job_deletes_its_running_pods_and_keeps_the_failed_one(trainer_
 def test_the_servers_deadline_fails_a_trainjob_nobody_deletes(trainer_cluster, custom_api):
     """Trainer v2.2+: past spec.activeDeadlineSeconds the TrainJob fails (DeadlineExceeded) and
     its JobSet is deleted: the backstop when the step itself died without deleting it."""
-    from components import launcher
+    from components.trainjob import launcher
 
     spec = stand_in("import time; time.sleep(600)")
     body = launcher.build_trainjob(spec, "train-gpt-deadline", trainer_cluster.namespace, "r")
@@ -216,10 +216,10 @@ def test_the_servers_deadline_fails_a_trainjob_nobody_deletes(trainer_cluster, c
 def test_sigterm_reaches_the_stage_only_through_the_first_process(trainer_cluster):
     """A container whose first process has no SIGTERM handler (a shell, as PID 1) never hears
     of its deletion and is SIGKILLed when the grace period ends; the carry script as PID 1
-    (components/stagelog.py) passes it on, and the stage ends at once."""
+    (components/trainjob/stagelog.py) passes it on, and the stage ends at once."""
     from cluster.render import render
 
-    from components import launcher
+    from components.trainjob import launcher
 
     runtime = custom_runtime(trainer_cluster)
     for command, args, stops in (

@@ -15,9 +15,9 @@ from apiserver import apply_cluster_object
 from cluster.controller import SYNC_BATCH_S
 from safetensors.torch import load_file
 
-from components.launcher import GROUP, VERSION, TrainJobFailed
-from components.placement import Placement
-from components.stages import run_stage
+from components.step.dispatch import run_stage
+from components.trainjob.launcher import GROUP, VERSION, TrainJobFailed
+from components.trainjob.placement import Placement
 from gpt.rundir import RunDir
 from tests.train_fixtures import records, train, write_data
 

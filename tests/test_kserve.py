@@ -12,7 +12,7 @@ import yaml
 from apiserver import apply_crds, namespace
 from cluster.kserve_webhook import Refused, admit, pvc_mount
 
-from components.launcher import RUN_LABEL
+from components.trainjob.launcher import RUN_LABEL
 from gpt.rundir import RunDir
 
 PROJECT = Path(__file__).resolve().parent.parent

@@ -15,10 +15,10 @@ import time
 import pytest
 from apiserver import Controller, condition, namespace
 
-from components import launcher, podlogs
-from components.launcher import GROUP, PLURAL, VERSION, TrainJobSpec
-from components.placement import Placement
-from components.stagelog import LOG_TAIL_LINES, container_command, files_from_log
+from components.trainjob import launcher, podlogs
+from components.trainjob.launcher import GROUP, PLURAL, VERSION, TrainJobSpec
+from components.trainjob.placement import Placement
+from components.trainjob.stagelog import LOG_TAIL_LINES, container_command, files_from_log
 from gpt.stages import STAGES
 
 RFC1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from components.placement import Placement
-from components.stages import run_stage
+from components.step.dispatch import run_stage
+from components.trainjob.placement import Placement
 from tests.train_fixtures import TINY, write_data
 
 

@@ -18,8 +18,8 @@ import pytest
 import yaml
 
 from components.generative_prompt import generative_prompt
-from components.images import workload_image
 from components.load_corpus import load_corpus
+from components.step.image_names import workload_image
 from components.train_gpt import train_gpt
 from pipeline.__main__ import COMPILED
 from pipeline.pipeline import gpt_trainjobs_pipeline
@@ -57,7 +57,7 @@ def test_compiles_to_three_chained_uncached_steps(tmp_path):
     for t in STEPS:  # a cached step would create no TrainJob
         assert not tasks[t].get("cachingOptions", {}).get("enableCache", False)
     # Each step learns its namespace and its run's id from its own pod (the downward API), on
-    # every KFP 2.x backend: components/step_context.py.
+    # every KFP 2.x backend: components/step/context.py.
     executors = platform["platforms"]["kubernetes"]["deploymentSpec"]["executors"]
     for t in STEPS:
         executor = tasks[t]["componentRef"]["name"].replace("comp-", "exec-")
@@ -216,13 +216,13 @@ def test_in_the_component_image_every_stage_checks_its_flags_before_a_trainjob(t
         import sys
         for name in {blocked!r}:
             sys.modules[name] = None  # `import name` now raises ImportError
-        from components import stages
-        from components.placement import Placement
+        from components.step import dispatch
+        from components.trainjob.placement import Placement
         from gpt.stages import STAGES
 
         def check(name, flags):
             try:
-                return stages.validate(STAGES[name], {{"root": "/gpt", "run": "r", **flags}},
+                return dispatch.validate(STAGES[name], {{"root": "/gpt", "run": "r", **flags}},
                                        Placement(timeout=60), backend="trainjob", image="img",
                                        namespace="training")
             except ValueError as e:

@@ -8,10 +8,10 @@ import json
 import pytest
 from cluster import Claim
 
-from components import claims, launcher
-from components.launcher import GROUP, PLURAL, VERSION, TrainJobSpec
-from components.placement import Placement
-from components.stages import run_stage
+from components.step.dispatch import run_stage
+from components.trainjob import claims, launcher
+from components.trainjob.launcher import GROUP, PLURAL, VERSION, TrainJobSpec
+from components.trainjob.placement import Placement
 
 
 def test_processes_default_to_one_per_gpu_else_one():

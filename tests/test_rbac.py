@@ -21,7 +21,7 @@ PROJECT = Path(__file__).resolve().parent.parent
 CALL = re.compile(r"^(create|get|list|read|delete|patch|replace)_namespaced_(\w+)$")
 # The kubernetes client's names for the kinds components/ uses: (API group, resource).
 RESOURCES = {
-    "custom_object": ("trainer.kubeflow.org", "trainjobs"),  # components/launcher.py's only CR
+    "custom_object": ("trainer.kubeflow.org", "trainjobs"),  # the launcher's only CR
     "pod": ("", "pods"),
     "pod_log": ("", "pods/log"),
     "event": ("", "events"),
@@ -50,7 +50,7 @@ KUBEFLOW_EDIT = {
 def calls() -> set[tuple[str, str, str]]:
     """(group, resource, verb) of every API call in components/."""
     found = set()
-    for path in sorted((PROJECT / "components").glob("*.py")):
+    for path in sorted((PROJECT / "components").rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text())):
             if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Attribute):
                 continue

@@ -18,12 +18,12 @@ import yaml
 from apiserver import Controller, apply_cluster_object, condition, namespace
 from kfp import dsl
 
-from components import launcher, podlogs
-from components.attach import attach_hint
 from components.generative_prompt import generative_prompt
-from components.launcher import GROUP, PLURAL, VERSION
 from components.load_corpus import load_corpus
 from components.train_gpt import train_gpt
+from components.trainjob import launcher, podlogs
+from components.trainjob.attach import attach_hint
+from components.trainjob.launcher import GROUP, PLURAL, VERSION
 
 PROJECT = Path(__file__).resolve().parent.parent
 RUNTIMES = {p.stem: yaml.safe_load(p.read_text()) for p in PROJECT.glob("runtimes/gpt-*.yaml")}

@@ -1,11 +1,11 @@
-"""A step's run id and namespace on every KFP 2.x backend (components/step_context.py)."""
+"""A step's run id and namespace on every KFP 2.x backend (components/step/context.py)."""
 
 from __future__ import annotations
 
 import pytest
 
-from components import step_context
-from components.step_context import NAMESPACE_ENV, RUN_ID_ENV
+from components.step import context as step_context
+from components.step.context import NAMESPACE_ENV, RUN_ID_ENV
 
 RUN_ID = "6f1c2a9e-3b7d-4c1e-9a2f-0d4e5b6c7a8b"
 UNRESOLVED = "{{$.pipeline_job_uuid}}"  # what a KFP backend before 2.5.0 passes

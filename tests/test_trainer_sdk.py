@@ -37,9 +37,9 @@ from cluster.events import EVENTS_DIR
 from cluster.jobset_webhook import POD_NAME_TOO_LONG
 from cluster.render import NODE, render
 
-from components.launcher import GROUP, PLURAL, VERSION, TrainJobSpec, build_trainjob
-from components.placement import Placement
-from components.stages import run_stage
+from components.step.dispatch import run_stage
+from components.trainjob.launcher import GROUP, PLURAL, VERSION, TrainJobSpec, build_trainjob
+from components.trainjob.placement import Placement
 
 pytestmark = pytest.mark.apiserver
 
@@ -131,8 +131,9 @@ def test_a_trainjob_whose_jobset_is_refused_stays_created_and_the_sdk_cannot_say
     no condition ever, so `Created` for good; `wait_for_job_status` would wait its whole
     timeout. Trainer v2.3 says why only in an events.k8s.io/v1 Event (cluster/events.py), which
     has no `firstTimestamp`, and `get_job_events` (backend.py) skips every Event without one:
-    the SDK shows nothing, where components/events.py (the launcher's START_GRACE_S) reads it."""
-    from components.events import LogDirEvents
+    the SDK shows nothing, where
+    components/trainjob/warning_events.py (the launcher's START_GRACE_S) reads it."""
+    from components.trainjob.warning_events import LogDirEvents
 
     ns = trainer_cluster.namespace
     # 12ee68a's `<stage>-<run>-<6 hex>` for a KFP run id: 53 characters, 68 for its pod names.

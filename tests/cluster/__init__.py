@@ -5,7 +5,7 @@ The API server validates and stores TrainJobs and runtimes for real; this packag
 controllers it lacks: cluster/controller.py (watch, JobSet and Job lifecycle, TrainJob status),
 cluster/render.py (the Trainer's merge of a TrainJob into its runtime, the torch plugin's PET_*
 env), cluster/kubelet.py (a pod as a process group, its mounts, network and log). Each rule cites
-its upstream file. The step side reads the pods' logs through components/podlogs.py's
+its upstream file. The step side reads the pods' logs through components/trainjob/podlogs.py's
 `LogDirPodLogs` (`GPT_POD_LOG_DIR`), since the API server has no pods.
 
 Not emulated (a real cluster may still differ here):
@@ -45,7 +45,7 @@ import yaml
 
 from cluster.controller import Cluster
 from cluster.kubelet import Claim, Kubelet
-from components.podlogs import LOG_DIR_ENV
+from components.trainjob.podlogs import LOG_DIR_ENV
 
 PROJECT = Path(__file__).resolve().parents[2]
 UPSTREAM_RUNTIME = Path("trainer-crds") / "v2.3.0" / "reference-torch_distributed_runtime.yaml"

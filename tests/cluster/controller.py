@@ -31,7 +31,7 @@ from cluster.failure import (
 from cluster.jobset_webhook import admission_error
 from cluster.kubelet import Kubelet, Pod
 from cluster.render import NODE, Rendered, render
-from components.launcher import GROUP, PLURAL, VERSION
+from components.trainjob.launcher import GROUP, PLURAL, VERSION
 
 RUNTIMES = "clustertrainingruntimes"
 # How often the controllers here look at the pods (an informer's events, upstream).

@@ -1,7 +1,8 @@
 """Events of the test cluster: what controllers record about an object, where the step can read it.
 
 The test API server has no core API, so Events are files, as pods are (cluster/kubelet.py):
-`<logs>/<namespace>/.events/<event>.json`, which components/events.py's `LogDirEvents` reads.
+`<logs>/<namespace>/.events/<event>.json`, which
+components/trainjob/warning_events.py's `LogDirEvents` reads.
 
 Kubeflow Trainer v2.3.0 records through controller-runtime v0.24.1's `GetEventRecorder`
 (pkg/internal/recorder/recorder.go), that is client-go's `tools/events`: events.k8s.io/v1

@@ -17,7 +17,7 @@ What a pod gets here, and how that stands in for a node:
 - the log: stdout and stderr, line by line, into `<logs>/<namespace>/<pod>/node.log` (the
   container runtime's part, `ContainerLog`), rotated as the kubelet rotates it (`LogRotation`,
   `Kubelet._rotate`), `node.exit` holding the exit code once the container ended, the pod's
-  labels beside them (components/podlogs.py's `LogDirPodLogs` reads them), all moved to
+  labels beside them (components/trainjob/podlogs.py's `LogDirPodLogs` reads them), all moved to
   `<logs>/.deleted/` when the pod is deleted. The lines are kept raw, not in the CRI format
   (`<time> <stream> <P|F> <line>`), which the kubelet strips again when it serves `pods/log`;
 - the pod's status: `status.json` beside them, a core/v1 PodStatus (phase, the PodScheduled
@@ -57,7 +57,7 @@ from typing import Any
 from cluster.events import EventRecorder
 from cluster.images import PID1, Image, container_command, set_volume_ownership
 from cluster.render import COMPLETION_INDEX, NODE, Rendered
-from components.podlogs import STATUS_FILE, UID_FILE
+from components.trainjob.podlogs import STATUS_FILE, UID_FILE
 
 # kubernetes staging/src/k8s.io/apimachinery/pkg/util/rand/rand.go: generateName's alphabet.
 _SUFFIX = "bcdfghjklmnpqrstvwxz2456789"
@@ -370,7 +370,7 @@ class Kubelet:
 
     def bind(self, namespace: str, name: str, claim: Claim) -> None:
         """Make `claim` the PVC `name` of `namespace`, readable as a core/v1 PVC beside the
-        pods (components/claims.py's `LogDirClaims`)."""
+        pods (components/trainjob/claims.py's `LogDirClaims`)."""
         self.claims[(namespace, name)] = claim
         folder = self.logs / namespace / ".claims"
         folder.mkdir(parents=True, exist_ok=True)

@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 from cluster.images import Image, mounted
 
-from components import images
+from components.step import image_names as images
 
 if os.environ.get("GPT_TEST_IMAGES") != "1":
     collect_ignore_glob = ["test_*.py"]  # `make test` leaves the images to `make test-images`

@@ -17,8 +17,8 @@ import threading
 from collections import deque
 from collections.abc import Callable
 
-from components.placement import Placement
-from components.stagelog import LOG_TAIL_LINES
+from components.trainjob.placement import Placement
+from components.trainjob.stagelog import LOG_TAIL_LINES
 from gpt.orphans import die_with_parent
 from gpt.stages import Stage
 

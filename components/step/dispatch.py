@@ -4,7 +4,8 @@ A component hands `run_stage` its stage's name (gpt/stages.py's table), the stag
 under their CLI names (one name per knob: the component parameter `n_layer` is the flag
 `--n_layer`) and a `Placement`, and gets back the run-directory files it turns into KFP
 artifacts. With backend "trainjob" the stage runs in a Kubeflow Trainer TrainJob
-(components/launcher.py), with "local" as a process on this machine (components/local.py).
+(components/trainjob/launcher.py), with "local" as a process on this machine
+(components/step/local_process.py).
 """
 
 from __future__ import annotations
@@ -15,8 +16,8 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from components import step_context
-from components.placement import Placement
+from components.step import context as step_context
+from components.trainjob.placement import Placement
 from gpt.cli import parse_config
 from gpt.rundir import RunDir
 from gpt.stages import STAGES, Stage, to_args
@@ -105,7 +106,7 @@ def run_stage(
 
     `image` is the workload image the TrainJob runs (backend "trainjob"): the pipeline fixes it
     when it compiles (from images.env), so a step never guesses it from where it runs.
-    `namespace` is where the TrainJob goes; empty: the step's own (components/step_context.py).
+    `namespace` is where the TrainJob goes; empty: the step's own (components/step/context.py).
     `storage_secret` names a Secret there whose object-store credentials the TrainJob's
     container takes as its variables (`launcher.secret_env`); empty: none.
     Returns the stage's output files that exist, by their path inside the run directory.
@@ -118,15 +119,15 @@ def run_stage(
     rundir = RunDir.of(values["root"], values["run"])
     rels = [out.rel for out in stage.outputs]
     if backend == "local":
-        from components.local import run_local
+        from components.step.local_process import run_local
 
         run_local(stage, args, placement, say=say)
         found = [rundir.path / rel for rel in rels]
         return {str(p.relative_to(rundir.path)): p.read_bytes() for p in found if p.is_file()}
 
-    from components import launcher
-    from components.claims import check_multi_node
-    from components.stagelog import container_command
+    from components.trainjob import launcher
+    from components.trainjob.claims import check_multi_node
+    from components.trainjob.stagelog import container_command
 
     # torchrun takes --nnodes, --nproc_per_node, --node_rank, --master_addr/port from the PET_*
     # variables the Trainer's torch policy sets from numNodes and numProcPerNode; gpt.torchrun is

@@ -1,7 +1,7 @@
 """KFP artifacts from a stage's run-directory files (whichever backend brought them back).
 
 Pure functions of bytes, so they are the same for a TrainJob's log and a local directory. From a
-TrainJob, train.jsonl arrives thinned to at most components/stagelog.py's CARRY_MAX_RECORDS
+TrainJob, train.jsonl arrives thinned to at most components/trainjob/stagelog.py's CARRY_MAX_RECORDS
 records, every evaluation and the last record kept: the final values below are exact, the median
 tokens/s is the carried records'. The whole file stays in the run directory.
 """

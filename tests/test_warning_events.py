@@ -1,6 +1,7 @@
-"""components/events.py: a TrainJob's Warning Events from the core API and from the test
-cluster's folder, in the shape Kubeflow Trainer v2.3 writes them (events.k8s.io/v1); and the
-pods list (components/podlogs.py) that says why a pod waits, or that it may not be read."""
+"""components/trainjob/warning_events.py: a TrainJob's Warning Events from the core API and
+from the test cluster's folder, in the shape Kubeflow Trainer v2.3 writes them
+(events.k8s.io/v1); and the pods list (components/trainjob/podlogs.py) that says why a pod
+waits, or that it may not be read."""
 
 from __future__ import annotations
 
@@ -12,9 +13,9 @@ from cluster.events import EventRecorder
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from components import events
-from components.events import CoreV1Events, LogDirEvents, MissingPermission
-from components.podlogs import INDEX_LABEL, CoreV1PodLogs
+from components.trainjob import warning_events as events
+from components.trainjob.podlogs import INDEX_LABEL, CoreV1PodLogs
+from components.trainjob.warning_events import CoreV1Events, LogDirEvents, MissingPermission
 
 TRAINJOB = {
     "apiVersion": "trainer.kubeflow.org/v1alpha1",
@@ -104,7 +105,7 @@ def test_the_source_is_the_folder_where_pod_logs_are(tmp_path, monkeypatch):
     assert isinstance(events.from_environment(), CoreV1Events)
 
 
-# ---- pods: components/podlogs.py's CoreV1PodLogs, from the one pods list -----------------------
+# ---- pods: components/trainjob/podlogs.py's CoreV1PodLogs, from the one pods list ------
 
 
 class FakePodsApi:

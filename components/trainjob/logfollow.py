@@ -4,7 +4,7 @@ Trainer copies only `Complete` and `Failed` from the JobSet onto the TrainJob, s
 says nothing between its creation and its end (up to a day of training). `LogFollower` follows
 the log of node 0's pod, which prints the stage's progress (step, loss, tokens/s, ETA) and carries
 its files, as it is written: each line a person reads is said at once (the base64 blocks are
-hidden, components/stagelog.py), and when node 0 becomes a new pod (a JobSet restart, label
+hidden, components/trainjob/stagelog.py), and when node 0 becomes a new pod (a JobSet restart, label
 `jobset.sigs.k8s.io/restart-attempt`, or the Job retrying a failed pod) one line says so and the
 new pod is followed.
 
@@ -18,8 +18,8 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 
-from components.podlogs import PodLogs, PodRef
-from components.stagelog import CarriedFiles, files_from_log
+from components.trainjob.podlogs import PodLogs, PodRef
+from components.trainjob.stagelog import CarriedFiles, files_from_log
 
 # How often the pods are listed while node 0 has no pod to follow (before it starts, between
 # restarts); a followed log needs no polling.

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-IMAGES_ENV = Path(__file__).resolve().parent.parent / "images.env"
+IMAGES_ENV = Path(__file__).resolve().parents[2] / "images.env"
 
 
 def _settings() -> dict[str, str]:

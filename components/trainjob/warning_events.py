@@ -3,7 +3,7 @@
 Kubeflow Trainer v2.3 says a JobSet it could not create (refused by JobSet's webhook, say) only
 as a Warning Event `TrainJobResourcesCreationFailed` on the TrainJob, never as a condition, so
 the launcher reads Events to fail such a step with the reason. Two sources, chosen as
-components/podlogs.py chooses: the core API on a cluster, the test cluster's folder
+components/trainjob/podlogs.py chooses: the core API on a cluster, the test cluster's folder
 (`<GPT_POD_LOG_DIR>/<namespace>/.events/*.json`) where there is no core API.
 
 Trainer records events.k8s.io/v1 Events (client-go tools/events); read through core/v1 they
@@ -22,7 +22,7 @@ from typing import Any, Protocol
 
 # MissingPermission is defined beside the pods, which this module builds on; it is one error
 # for every 403 a step meets (pods, events, persistentvolumeclaims).
-from components.podlogs import LOG_DIR_ENV, MissingPermission
+from components.trainjob.podlogs import LOG_DIR_ENV, MissingPermission
 
 EVENTS_DIR = ".events"
 

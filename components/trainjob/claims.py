@@ -4,7 +4,7 @@ A ReadWriteOnce (or ReadWriteOncePod) volume is attached to one node at a time; 
 pod waits in ContainerCreating with a Multi-Attach error until the step's timeout (kubernetes
 pkg/controller/volume/attachdetach/reconciler/reconciler.go). So a multi-node TrainJob is refused
 before it is created unless the claim is ReadWriteMany. Two sources, chosen as
-components/podlogs.py chooses: the core API on a cluster, the test cluster's folder
+components/trainjob/podlogs.py chooses: the core API on a cluster, the test cluster's folder
 (`<GPT_POD_LOG_DIR>/<namespace>/.claims/<claim>.json`, a core/v1 PVC) where there is none.
 """
 
@@ -15,8 +15,8 @@ import os
 from pathlib import Path
 from typing import Protocol
 
-from components.events import MissingPermission
-from components.podlogs import LOG_DIR_ENV
+from components.trainjob.podlogs import LOG_DIR_ENV
+from components.trainjob.warning_events import MissingPermission
 
 CLAIMS_DIR = ".claims"
 # The claim every runtime mounts at /gpt (runtimes/*.yaml, manifests/base/pvc.yaml).
@@ -45,7 +45,7 @@ class CoreV1Claims:
         from kubernetes import client
         from kubernetes.client.rest import ApiException
 
-        from components.launcher import load_kube_config
+        from components.trainjob.launcher import load_kube_config
 
         load_kube_config()
         try:

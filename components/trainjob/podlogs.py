@@ -1,16 +1,17 @@
 """Where a TrainJob's pods and their logs are read from: one small interface, two sources.
 
-The launcher follows the node-0 pod's log while the TrainJob runs (components/logfollow.py),
-reads it once more at the end (the stage's output, components/stagelog.py), and the prompt stage
-names the pod to attach to. The kubelet rotates a container's log (at 10 MiB by default): a plain
-read returns only the current file, a followed one goes on across rotations. On a cluster all
-come from the core API (`CoreV1PodLogs`). The test cluster (tests/cluster/) runs next to an API
-server that has no core API group, so it writes each pod's log into a folder instead
-(`LogDirPodLogs`), the way a node keeps container logs on disk; `GPT_POD_LOG_DIR` selects that
-source, for the whole step process.
+The launcher follows the node-0 pod's log while the TrainJob runs
+(components/trainjob/logfollow.py), reads it once more at the end (the stage's output,
+components/trainjob/stagelog.py), and the prompt stage names the pod to attach to. The kubelet
+rotates a container's log (at 10 MiB by default): a plain read returns only the current file, a
+followed one goes on across rotations. On a cluster all come from the core API (`CoreV1PodLogs`).
+The test cluster (tests/cluster/) runs next to an API server that has no core API group, so it
+writes each pod's log into a folder instead (`LogDirPodLogs`), the way a node keeps container logs
+on disk; `GPT_POD_LOG_DIR` selects that source, for the whole step process.
 
 Each pod also says why it is not running yet (its phase, the scheduler's or the kubelet's reason),
-which the launcher needs to fail a stuck TrainJob with that reason (components/launcher.py).
+which the launcher needs to fail a stuck TrainJob with that reason
+(components/trainjob/launcher.py).
 """
 
 from __future__ import annotations

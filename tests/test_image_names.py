@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from components import images
+from components.step import image_names as images
 
 PROJECT = Path(__file__).resolve().parent.parent
 DOCKER = PROJECT / "docker"
@@ -213,7 +213,7 @@ def test_component_image_carries_images_env_for_its_imports() -> None:
     assert any(ins == "COPY" and "images.env" in rest.split()[:-1] for ins, rest in steps)
     commands = [" ".join(c) for c in shell_commands(COMPONENT_DOCKERFILE)]
     placed = next(i for i, c in enumerate(commands) if c.startswith("cp images.env")
-                  and "components.images import IMAGES_ENV" in c)
+                  and "components.step.image_names import IMAGES_ENV" in c)
     smoke = next(i for i, c in enumerate(commands) if "importlib.import_module" in c)
     assert placed < smoke
 
@@ -437,7 +437,7 @@ def test_make_build_and_push_use_the_images_py_names_for_any_registry(tmp_path: 
     cli = [f"{k}={v}" for k, v in override.items()]
     env["PYTHONPATH"] = str(PROJECT)
     names = subprocess.run(
-        [sys.executable, "-c", "from components.images import *; "
+        [sys.executable, "-c", "from components.step.image_names import *; "
          "print(workload_image(), component_image())"],
         capture_output=True, text=True, check=True, env={**env, **override}, cwd=tmp_path,
     ).stdout.split()

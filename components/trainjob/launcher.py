@@ -10,7 +10,8 @@ Every stage on a cluster goes through `launch()`:
   4. end on a condition: `Complete` returns, `Failed` raises with the condition's reason and
      message and the pod's log tail, and the deadline deletes the TrainJob and raises.
 
-What the stage's pod prints for the component to read back is components/stagelog.py's format;
+What the stage's pod prints for the component to read back is
+components/trainjob/stagelog.py's format;
 the cluster objects are described in docs/architecture.md.
 """
 
@@ -27,12 +28,12 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from components.events import Events
-from components.events import from_environment as events_from_environment
-from components.logfollow import LogFollower
-from components.placement import Placement
-from components.podlogs import PodLogs, PodRef, from_environment, node0_log
-from components.stagelog import LOG_TAIL_LINES, tail
+from components.trainjob.logfollow import LogFollower
+from components.trainjob.placement import Placement
+from components.trainjob.podlogs import PodLogs, PodRef, from_environment, node0_log
+from components.trainjob.stagelog import LOG_TAIL_LINES, tail
+from components.trainjob.warning_events import Events
+from components.trainjob.warning_events import from_environment as events_from_environment
 from gpt.errors import first_line
 from gpt.objectstore import ENV_OPTIONAL, ENV_REQUIRED
 
@@ -200,7 +201,7 @@ class Outcome:
     log: str
     """The node-0 pod's current log file, read once the TrainJob ended."""
     files: dict[str, bytes]
-    """The files node 0 carried back (components/stagelog.py), by their path in the run."""
+    """The files node 0 carried back (components/trainjob/stagelog.py), by their path in the run."""
     elapsed_s: float
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from components.podlogs import CONTAINER, JOBSET_LABEL, PodLogs, from_environment
+from components.trainjob.podlogs import CONTAINER, JOBSET_LABEL, PodLogs, from_environment
 
 
 def attach_hint(
