@@ -12,6 +12,9 @@ from apiserver import apiserver, custom_api, kubeconfig_env  # noqa: E402, F401
 # The Trainer-faithful test cluster on that server (tests/cluster/).
 from cluster import pvc, run_images, trainer_cluster  # noqa: E402, F401
 
+# A local HTTP server of corpus texts (tests/support/web.py).
+from support.web import web_server  # noqa: E402, F401
+
 PROJECT = Path(__file__).resolve().parent.parent
 SHARED = PROJECT.parent / "shared"
 

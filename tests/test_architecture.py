@@ -1,4 +1,5 @@
-"""The import graph keeps docs/architecture.md's one-way rule: no cycle, nothing imports upward.
+"""The import graph keeps docs/architecture.md's one-way rule: no cycle, nothing imports upward;
+and tests share code only through tests/support/, each module under one name.
 
 The graph is read from the source with `ast` (every import, at the top of a module or inside a
 function), so a lazy import that closes a circle fails here as surely as a top-level one.
@@ -14,6 +15,7 @@ import pytest
 from gpt.stages import STAGES
 
 PROJECT = Path(__file__).resolve().parent.parent
+TESTS = PROJECT / "tests"
 PACKAGES = ("gpt", "components", "pipeline")
 # A package may import only those after it: pipeline/ -> components/ -> gpt/.
 ORDER = {"pipeline": 0, "components": 1, "gpt": 2}
@@ -92,3 +94,27 @@ def test_each_stage_is_one_row_with_its_names_derived():
         assert (PROJECT / "runtimes" / f"{stage.runtime}.yaml").is_file()
         assert (PROJECT / (stage.component_module.replace(".", "/") + ".py")).is_file()
         assert (PROJECT / (stage.module.replace(".", "/") + ".py")).is_file()
+
+
+def shared_between_tests(folder: Path) -> list[str]:
+    """Each import under `folder` of a test module (`test_*`), or of a module through the
+    `tests.` package: tests/ is on sys.path, so that would load it a second time, under a second
+    name."""
+    found = []
+    for path in sorted(folder.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                names = [node.module, *(f"{node.module}.{a.name}" for a in node.names)]
+            else:
+                continue
+            if any(name.split(".")[0] == "tests"
+                   or any(part.startswith("test_") for part in name.split(".")) for name in names):
+                found.append(f"{path.relative_to(folder)}:{node.lineno} imports {names[0]}")
+    return found
+
+
+def test_tests_share_code_through_support_alone():
+    found = shared_between_tests(TESTS)
+    assert not found, "import it from tests/support/ instead:\n" + "\n".join(found)

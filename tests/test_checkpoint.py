@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 import torch
+from support.runs import ONE_THREAD, TINY_FLAGS, records, train, write_data
 
 from gpt import checkpoint
-from tests.train_fixtures import ONE_THREAD, TINY, records, train, write_data
 
 
 class Payload:
@@ -73,7 +73,7 @@ def test_sigkill_during_a_checkpoint_write_keeps_latest_on_the_previous_one(root
     run = write_data(root, "r")
     flags = ["--max_iters", "15", "--ckpt_interval", "5", "--keep_last", "5",
              "--eval_interval", "5"]
-    cmd = [sys.executable, "-m", "gpt", "train-gpt", "--root", str(root), "--run", "r", *TINY,
+    cmd = [sys.executable, "-m", "gpt", "train-gpt", "--root", str(root), "--run", "r", *TINY_FLAGS,
            *flags]
     env = {**os.environ, **ONE_THREAD, "GPT_FAULT": "stall-checkpoint@10"}
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,

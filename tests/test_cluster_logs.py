@@ -13,6 +13,8 @@ import time
 import pytest
 from cluster.kubelet import Kubelet, LogRotation
 from cluster.render import Rendered
+from support.runs import TINY_PIPELINE
+from support.trainjobs import TRAIN_FILES, stand_in
 
 from components.step.artifacts import (
     LOSS_PNG,
@@ -22,15 +24,13 @@ from components.step.artifacts import (
     train_report_html,
 )
 from components.trainjob import launcher
-from components.trainjob.launcher import GROUP, PLURAL, VERSION, TrainJobSpec
-from components.trainjob.placement import Placement
+from components.trainjob.launcher import GROUP, PLURAL, VERSION
 from components.trainjob.podlogs import LogDirPodLogs
 from components.trainjob.stagelog import (
     CARRY_MAX_BYTES,
     CARRY_MAX_RECORDS,
     CarriedFiles,
     carry,
-    container_command,
     files_from_log,
     thin,
 )
@@ -152,19 +152,7 @@ def test_a_file_over_the_bound_is_named_not_carried_and_a_damaged_block_is_refus
 
 # ---- through the launcher on the test cluster ---------------------------------------------------
 
-TRAIN_FILES = [TRAIN_JSONL, REPORT_MD, LOSS_PNG]
 PNG = b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 64
-
-
-def stand_in(program: str, name: str = "train-gpt", nodes: int = 1) -> TrainJobSpec:
-    """A TrainJob of runtime gpt-train-gpt whose stage is `program` (run by the pod's Python) on
-    `nodes` nodes, carrying the train stage's files of run `r` back as the component does."""
-    return TrainJobSpec(
-        stage=name, runtime="gpt-train-gpt", image="gpt-workload:test",
-        command=container_command("/gpt/r", TRAIN_FILES),
-        args=["python3", "-c", program], env={"PYTHONUNBUFFERED": "1"},
-        placement=Placement(num_nodes=nodes, timeout=120),
-    )  # fmt: skip
 
 
 LONG_RUN = """
@@ -363,7 +351,6 @@ def test_the_pipeline_delivers_every_artifact_through_logs_rotated_all_along(
     trainer_cluster, tmp_path
 ):
     from kfp import components, local
-    from test_pipeline import TINY
 
     from pipeline.__main__ import COMPILED
 
@@ -376,7 +363,8 @@ def test_the_pipeline_delivers_every_artifact_through_logs_rotated_all_along(
                pipeline_root=str(tmp_path / "kfp"), raise_on_error=True)  # fmt: skip
     pipeline = components.load_component_from_file(str(COMPILED))
     pipeline(backend="trainjob", namespace=trainer_cluster.namespace, root="/gpt", run="tiny",
-             **{**TINY, "log_interval": 1, "max_iters": 100_000, "time_budget": 4.0})  # fmt: skip
+             **{**TINY_PIPELINE, "log_interval": 1, "max_iters": 100_000,
+                "time_budget": 4.0})  # fmt: skip
 
     train = next(run for name, run in trainer_cluster.runs.items() if name.startswith("train"))
     assert list(train.pods[0].folder.glob("node.log.*")), "the train-gpt log was never rotated"

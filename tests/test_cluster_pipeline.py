@@ -8,7 +8,7 @@ import json
 
 import pytest
 from cluster.kfp_step import step_env, unresolved_run_id
-from test_pipeline import TINY  # the same tiny run as the local backend's end-to-end test
+from support.runs import TINY_PIPELINE  # as in the local backend's end-to-end test
 
 from pipeline.__main__ import COMPILED
 
@@ -34,7 +34,7 @@ def test_the_compiled_pipeline_completes_on_the_test_cluster(trainer_cluster, tm
                pipeline_root=str(tmp_path / "kfp"), raise_on_error=True)  # fmt: skip
     pipeline = components.load_component_from_file(str(COMPILED))
     with unresolved_run_id():
-        pipeline(backend="trainjob", root="/gpt", **TINY)
+        pipeline(backend="trainjob", root="/gpt", **TINY_PIPELINE)
 
     # Three TrainJobs in the steps' namespace, one per stage and runtime, labelled with the
     # run, each Complete.

@@ -23,15 +23,14 @@ import pytest
 from cluster.kfp_step import step_env
 from cluster.kubelet import pid_namespaces
 from safetensors.torch import load_file
-from test_cluster_logs import stand_in
-from test_cluster_train import FLAGS, train_on_cluster
+from support.runs import TINY_DDP, TINY_PIPELINE, write_data
+from support.trainjobs import stand_in, train_on_cluster
 
 from components.step.dispatch import run_stage
 from components.trainjob.launcher import GROUP, PLURAL, VERSION, TrainJobFailed
 from components.trainjob.placement import Placement
 from gpt.rundir import RunDir
 from pipeline.__main__ import COMPILED
-from tests.train_fixtures import write_data
 
 pytestmark = [pytest.mark.slow, pytest.mark.apiserver]
 
@@ -152,7 +151,7 @@ def _check_resumed(pvc: Path, run: str, job, step: int, nodes: int, reference: d
 def test_a_bad_flag_fails_the_trainjob_once(trainer_cluster):
     """Exit status 2 (gpt/errors.py EXIT_FATAL) fails the Job by its podFailurePolicy and the
     JobSet by its rule: no restart, one pod, the stage's one line in the step's error."""
-    values = {"root": "/gpt", "run": "no-such-run", **FLAGS}
+    values = {"root": "/gpt", "run": "no-such-run", **TINY_DDP}
     start = time.monotonic()
     with pytest.raises(TrainJobFailed) as failed:
         run_stage("train-gpt", values, Placement(timeout=120), backend="trainjob",
@@ -259,14 +258,15 @@ def test_terminating_the_pipelines_running_step_leaves_nothing_running(trainer_c
     ns = trainer_cluster.namespace
     for name, value in step_env(COMPILED, ns, "6f1c2a9e-3b7d-4c1e-9a2f-0d4e5b6c7a8b").items():
         monkeypatch.setenv(name, value)
+    # The tiny pipeline, trained until it is stopped.
+    settings = {**TINY_PIPELINE, "max_iters": 100_000, "eval_interval": 100_000,
+                "log_interval": 100}  # fmt: skip
     script = textwrap.dedent(f"""
         from kfp import components, local
         local.init(runner=local.SubprocessRunner(use_venv=False),
                    pipeline_root={str(tmp_path / "kfp")!r}, raise_on_error=True)
         pipeline = components.load_component_from_file({str(COMPILED)!r})
-        pipeline(backend="trainjob", root="/gpt", run="terminated", tokenizer="char",
-                 n_layer=1, n_head=2, n_embd=32, block_size=32, batch_size=4, max_iters=100000,
-                 warmup_iters=2, eval_interval=100000, log_interval=100)
+        pipeline(backend="trainjob", root="/gpt", run="terminated", **{settings!r})
     """)
     pipeline = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.DEVNULL,
                                 stderr=subprocess.DEVNULL, start_new_session=True)  # fmt: skip

@@ -14,37 +14,15 @@ import yaml
 from apiserver import apply_cluster_object
 from cluster.controller import SYNC_BATCH_S
 from safetensors.torch import load_file
+from support.runs import TINY_DDP, as_flags, records, train, write_data
+from support.trainjobs import train_on_cluster
 
-from components.step.dispatch import run_stage
 from components.trainjob.launcher import GROUP, VERSION, TrainJobFailed
-from components.trainjob.placement import Placement
 from gpt.rundir import RunDir
-from tests.train_fixtures import records, train, write_data
 
 pytestmark = [pytest.mark.slow, pytest.mark.apiserver]
 
 PROJECT = Path(__file__).resolve().parent.parent
-# No dropout: its masks are per-rank random draws. The rest is tests/train_fixtures.py's TINY.
-FLAGS = {
-    "n_layer": 1, "n_head": 2, "n_embd": 32, "block_size": 16, "batch_size": 8,
-    "learning_rate": 3e-3, "min_lr": 3e-4, "warmup_iters": 3, "time_budget": 0,
-    "eval_iters": 2, "log_interval": 1, "device": "cpu", "dropout": 0,
-}  # fmt: skip
-
-
-def train_on_cluster(cluster, run: str, nodes: int, procs: int, image: str = "gpt-workload:t",
-                     **flags) -> dict[str, bytes]:  # fmt: skip
-    """train-gpt through its component path (run_stage, backend trainjob) on `cluster`."""
-    values = {"root": "/gpt", "run": run, **FLAGS, **flags}
-    placement = Placement(num_nodes=nodes, num_proc_per_node=procs, timeout=120)
-    return run_stage("train-gpt", values, placement, backend="trainjob", image=image,
-                     namespace=cluster.namespace, say=lambda _: None)  # fmt: skip
-
-
-def flags_as_cli(flags: dict) -> list[str]:
-    return [a for k, v in flags.items() for a in (f"--{k}", str(v))]
-
-
 @pytest.mark.parametrize("nodes,procs", [(2, 1), (2, 2)])
 def test_nodes_train_through_the_rendezvous_as_one_process_would(
     nodes, procs, pvc, trainer_cluster
@@ -69,7 +47,7 @@ def test_nodes_train_through_the_rendezvous_as_one_process_would(
     ddp = records(RunDir.of(pvc, "ddp"))
     assert [r["step"] for r in ddp] == list(range(1, 9))  # written once, by rank 0
     write_data(pvc, "one")
-    assert train(pvc, "one", *flags_as_cli({**FLAGS, **steps})) == 0
+    assert train(pvc, "one", *as_flags({**TINY_DDP, **steps})) == 0
     for a, b in zip(ddp, records(RunDir.of(pvc, "one")), strict=True):
         assert a["loss"] == pytest.approx(b["loss"], rel=1e-4), a["step"]
 

@@ -21,16 +21,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from test_prompt import export, one_shot
-from test_sources import server  # noqa: F401 (a fixture)
-from train_fixtures import train, train_cli, write_data
+from support.models import RUN, export, one_shot
+from support.runs import train, train_cli, write_data
 
 from gpt.atomic import _LEFTOVER
 from gpt.errors import EXIT_FATAL
 from gpt.rundir import RunDir
 from gpt.tokenizer import CharTokenizer
 
-RUN = "t"  # test_prompt's `export` writes this run
 PAGE = 4096
 LOCK = 1  # the page of the run lock's holder line
 # Checkpoints and metrics only where a test asks for them.
@@ -247,10 +245,10 @@ def test_corpus_leaves_the_previous_corpus_and_data(volume: Volume, tmp_path: Pa
 
 
 def test_a_download_is_not_retried_as_if_the_network_failed(
-    volume: Volume, server: str  # noqa: F811 (test_sources's fixture, imported above)
+    volume: Volume, web_server: str
 ) -> None:
     volume.fill(LOCK)
-    url = f"{server}/stream"
+    url = f"{web_server}/stream"
     out = subprocess.run([sys.executable, "-m", "gpt", "load-corpus", "--root", str(volume.path),
                           "--run", RUN, "--source", url], capture_output=True, text=True)
     scratch = re.escape(f"{volume.path}/.{RUN}.") + r"[a-z0-9_]{8}\.staging"

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 from safetensors.torch import load_file
+from support.runs import train, write_data
 
 from gpt import checkpoint
 from gpt.config import DEFAULT_EMA_DECAY, GPTConfig, TrainConfig
@@ -15,7 +16,6 @@ from gpt.ema import WeightAverage
 from gpt.export import load_export
 from gpt.model import GPT
 from gpt.rundir import RunDir
-from tests.train_fixtures import train, write_data
 
 
 def _model() -> GPT:

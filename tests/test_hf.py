@@ -10,11 +10,11 @@ prompts from the corpus, from another text, and in Unicode, up to the context wi
 from __future__ import annotations
 
 import json
-from importlib import resources
 from pathlib import Path
 
 import pytest
 import torch
+from support.models import CORPUS, PROMPTS, peaked
 
 from gpt.config import SamplingConfig
 from gpt.export import load_export, save_export
@@ -24,32 +24,11 @@ from gpt.tokenizer import CharTokenizer, GPT2Tokenizer, Tokenizer
 
 transformers = pytest.importorskip("transformers")
 
-CORPUS = (resources.files("gpt.assets") / "comedy_of_errors.txt").read_text(encoding="utf-8")
-PROMPTS = [
-    "ANTIPHOLUS OF SYRACUSE. What is thy name?",  # the corpus
-    "The quick brown fox jumps over the lazy dog near the riverbank.",  # another text
-    "Café — naïve; 日本, 😀!",  # Unicode, CJK and emoji: 28 ids of 64, most of them bytes
-]
-
-
 @pytest.fixture(autouse=True)
 def offline(monkeypatch, tmp_path):
     """No step may reach for the Hub: loads must work with it switched off."""
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))
-
-
-def peaked(config: GPTConfig, seed: int = 0) -> GPT:
-    """A model with weights far from uniform, so that greedy choices have clear margins."""
-    torch.manual_seed(seed)
-    model = GPT(config).eval()
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if name.endswith("bias") or "ln" in name:
-                p.normal_(0.0 if name.endswith("bias") else 1.0, 0.1)
-            else:
-                p.normal_(0.0, 0.3 if "wte" in name or "wpe" in name else 0.1)
-    return model
 
 
 def compact() -> Tokenizer:

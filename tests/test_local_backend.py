@@ -5,18 +5,17 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from support.runs import TINY, write_data
+
 from components.step.dispatch import run_stage
 from components.trainjob.placement import Placement
-from tests.train_fixtures import TINY, write_data
 
 
 def test_train_under_torchrun_with_two_processes_through_the_local_backend(root: Path) -> None:
     rundir = write_data(root, "ddp-local")
-    flags = dict(zip(TINY[::2], TINY[1::2], strict=True))
-    values = {k.removeprefix("--"): v for k, v in flags.items()}
     files = run_stage(
         "train-gpt",
-        {"root": str(root), "run": "ddp-local", **values, "max_iters": 4, "eval_interval": 4},
+        {"root": str(root), "run": "ddp-local", **TINY, "max_iters": 4, "eval_interval": 4},
         Placement(num_proc_per_node=2, timeout=300),
         backend="local",
         say=lambda line: None,

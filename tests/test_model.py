@@ -6,6 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from safetensors.torch import load_file
+from support.runs import TINY_MODEL
 
 from gpt import loss as chunked
 from gpt.config import SamplingConfig
@@ -23,13 +24,15 @@ from gpt.sampling import generate, new_generator
 from gpt.spelling import spell
 from gpt.tokenizer import CharTokenizer
 
-TINY = dict(vocab_size=67, block_size=16, n_layer=2, n_head=2, n_embd=32)
+# The tiny model with two blocks (so that what passes from one block to the next is checked too),
+# over 67 ids (not a multiple of 64: the embedding is padded).
+MODEL = {**TINY_MODEL, "n_layer": 2, "vocab_size": 67}
 
 
 @pytest.fixture
 def model() -> GPT:
     torch.manual_seed(0)
-    return GPT(GPTConfig(**TINY)).eval()
+    return GPT(GPTConfig(**MODEL)).eval()
 
 
 def test_logits_and_loss_shapes(model: GPT) -> None:
@@ -169,7 +172,7 @@ def test_bf16_autocast_forward_and_cache(model: GPT) -> None:
                                                   ("learned", "relu2")])
 def test_gpt2_choices_build_and_cache_like_the_defaults(position: str, activation: str) -> None:
     torch.manual_seed(0)
-    cfg = GPTConfig(**{**TINY, "position": position, "activation": activation})
+    cfg = GPTConfig(**{**MODEL, "position": position, "activation": activation})
     model = GPT(cfg).eval()
     assert ("transformer.wpe.weight" in model.state_dict()) == (position == "learned")
     idx = torch.randint(0, 67, (1, 16))
@@ -178,7 +181,7 @@ def test_gpt2_choices_build_and_cache_like_the_defaults(position: str, activatio
     cached = torch.cat([model(idx[:, :10], cache=cache)[0], model(idx[:, 10:], cache=cache)[0]], 1)
     torch.testing.assert_close(cached, full, atol=1e-5, rtol=1e-4)
     # An odd head size is fine without rotary pairs.
-    GPTConfig(**{**TINY, "n_embd": 30, "n_head": 2, "position": "learned"})
+    GPTConfig(**{**MODEL, "n_embd": 30, "n_head": 2, "position": "learned"})
 
 
 def test_output_head_is_tied_to_token_embedding(model: GPT) -> None:
@@ -201,7 +204,7 @@ def test_output_head_is_tied_to_token_embedding(model: GPT) -> None:
 )
 def test_config_validation_names_the_flag(override: dict, flag: str) -> None:
     with pytest.raises(ValueError, match=flag):
-        GPTConfig(**{**TINY, **override})
+        GPTConfig(**{**MODEL, **override})
 
 
 def test_vocabulary_is_padded_inside_the_model_only(model: GPT) -> None:
@@ -292,7 +295,7 @@ def test_the_chunked_loss_trains_as_the_whole_logits_do(spelled: bool, monkeypat
     positions (30 positions: 5 chunks), for a plain and for a spelled embedding."""
     monkeypatch.setattr(chunked, "CHUNK_BYTES", 7 * 128 * 4)  # 7 rows of 128 padded ids
     torch.manual_seed(0)
-    config = GPTConfig(**{**TINY, "spelling": 2 if spelled else 0})
+    config = GPTConfig(**{**MODEL, "spelling": 2 if spelled else 0})
     vocab = [bytes([65 + i % 26, 97 + i // 26]) for i in range(67)]  # pairs share n-grams
     spelling = spell(vocab, 2) if spelled else None
     model = GPT(config, spelling).train()
@@ -325,7 +328,7 @@ def test_the_chunked_loss_compiles_to_the_same_gradients(monkeypatch) -> None:
     loss's autograd.Function: on the CPU, the same loss and gradients as eager whole logits."""
     monkeypatch.setattr(chunked, "CHUNK_BYTES", 16 * 128 * 4)  # 16 rows a chunk: 4 chunks
     torch.manual_seed(0)
-    model = GPT(GPTConfig(**{**TINY, "n_layer": 1})).train()
+    model = GPT(GPTConfig(**{**MODEL, "n_layer": 1})).train()
     idx, targets = torch.randint(0, 67, (2, 4, 16))
     _, loss, grads = _loss_and_grads(model, idx, targets)
     model.chunked_loss = True

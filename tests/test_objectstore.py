@@ -24,7 +24,7 @@ import pytest
 
 pytest.importorskip("moto", reason="the S3 test server is moto's (the dev extra)")
 
-from train_fixtures import train_cli, write_data  # noqa: E402
+from support.runs import train_cli, write_data  # noqa: E402
 
 from bench.s3server import AWS_VARIABLES, BUCKET, S3Server  # noqa: E402
 from gpt import objectstore  # noqa: E402

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from support.runs import TINY_PIPELINE
 
 from components.generative_prompt import generative_prompt
 from components.load_corpus import load_corpus
@@ -170,17 +171,10 @@ def test_bad_input_stops_a_step_before_anything_starts(call, message, tmp_path):
 
 ART = dict(metrics=None, report=None)
 
-TINY = {
-    "tokenizer": "char", "n_layer": 1, "n_head": 2, "n_embd": 32, "block_size": 32,
-    "batch_size": 4, "max_iters": 20, "warmup_iters": 2, "eval_interval": 10, "eval_iters": 4,
-    "log_interval": 5, "max_new_tokens": 16, "prompt": ["To be", "or not"],
-}  # fmt: skip
-
-
 @pytest.mark.slow
 def test_the_compiled_pipeline_runs_end_to_end_with_kfp_local(tmp_path):
     root = tmp_path / "runs"
-    sets = [a for k, v in TINY.items() for a in ("--set", f"{k}={json.dumps(v)}")]
+    sets = [a for k, v in TINY_PIPELINE.items() for a in ("--set", f"{k}={json.dumps(v)}")]
     out = subprocess.run(
         [sys.executable, "-m", "pipeline", "run-local", "--root", str(root), "--run", "tiny",
          *sets],

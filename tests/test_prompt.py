@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import pickle
 import signal
 import subprocess
@@ -18,39 +17,22 @@ from pathlib import Path
 
 import pexpect
 import pytest
-import torch
+from support.models import ENV, RUN, args, export, one_shot
 
 from gpt.config import SamplingConfig
-from gpt.export import WEIGHTS, save_export
+from gpt.export import WEIGHTS
 from gpt.model import GPT, GPTConfig
 from gpt.repl import GOODBYE, HOW_TO_LEAVE, NOTE, PROMPT, REPLY, Chat
 from gpt.rundir import RunDir
-from gpt.tokenizer import CharTokenizer, GPT2Tokenizer, Tokenizer
+from gpt.tokenizer import CharTokenizer, GPT2Tokenizer
 
 TEXT = "ANTIPHOLUS: To be, or not to be, that is the question!\n"
-RUN = "t"
 TIMEOUT = 20
-ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
-
-
-def export(root: Path, tokenizer: Tokenizer, vocab_size: int | None = None) -> RunDir:
-    """What train-gpt leaves behind: a (here untrained) model exported into `<root>/t/model/`."""
-    torch.manual_seed(0)
-    config = GPTConfig(
-        vocab_size=vocab_size or tokenizer.vocab_size, block_size=32, n_layer=1, n_head=2, n_embd=16
-    )
-    rundir = RunDir.of(root, RUN)
-    save_export(GPT(config), tokenizer, rundir.model_dir)
-    return rundir
 
 
 @pytest.fixture
 def rundir(root: Path) -> RunDir:
     return export(root, CharTokenizer.fit([TEXT]))
-
-
-def args(rundir: RunDir, *extra: str) -> list[str]:
-    return ["-m", "gpt", "generative-prompt", "--root", str(rundir.root), "--run", RUN, *extra]
 
 
 def spawn(rundir: RunDir, *extra: str) -> pexpect.spawn:
@@ -265,13 +247,6 @@ def test_pipe_idle_timeout_ends_a_session_nobody_feeds(rundir: RunDir) -> None:
     out = child.stdout.read()
     assert child.returncode == 0, child.stderr.read()
     assert "no input for 1 s" in out and out.rstrip().endswith(GOODBYE)
-
-
-def one_shot(rundir: RunDir, *extra: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, *args(rundir, *extra)], capture_output=True, text=True, env=ENV,
-        timeout=60, stdin=subprocess.DEVNULL,
-    )
 
 
 def test_prompt_flag_answers_each_and_replies_reproduce_from_the_transcript(rundir) -> None:

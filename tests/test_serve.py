@@ -13,7 +13,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from test_hf import CORPUS, PROMPTS, peaked
+from support.models import CORPUS, PROMPTS, peaked
 
 from gpt.export import save_export
 from gpt.model import GPTConfig

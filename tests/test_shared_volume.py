@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from train_fixtures import train
+from support.runs import train
 
 from gpt.__main__ import main as gpt_main
 from gpt.rundir import RunDir

@@ -11,13 +11,12 @@ import socket
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+from support.web import GUTENBERG, Handler
 
 import gpt.cleaning
 import gpt.sources
@@ -26,60 +25,7 @@ from gpt.errors import InputError
 from gpt.sources import Document, Download, canonical, fetch_url, kind_of, read_document
 from gpt.sources import read_source as stream_source
 
-FIXTURES = Path(__file__).parent / "fixtures"
-GUTENBERG = (FIXTURES / "gutenberg_sample.txt").read_bytes()
 FAST = Download(timeout=2.0, retries=2, backoff=0.01, max_bytes=1_000_000)
-
-
-class Handler(BaseHTTPRequestHandler):
-    """Routes: /pg.txt the Gutenberg fixture, /flaky 503 twice then the text, /missing 404,
-    /slow answers too late, /big claims too many bytes, /stream sends too many without a length."""
-
-    hits: dict[str, int] = {}
-
-    def do_GET(self) -> None:  # noqa: N802 (the http.server API)
-        try:
-            self._route()
-        except (BrokenPipeError, ConnectionResetError):
-            pass  # the client gave up on purpose (timeouts, size caps)
-
-    def _route(self) -> None:
-        self.hits[self.path] = self.hits.get(self.path, 0) + 1
-        if self.path == "/pg.txt" or (self.path == "/flaky" and self.hits[self.path] > 2):
-            self._send(200, GUTENBERG)
-        elif self.path == "/flaky":
-            self._send(503, b"busy")
-        elif self.path == "/slow":
-            time.sleep(1.0)
-            self._send(200, GUTENBERG)
-        elif self.path == "/big":
-            self._send(200, b"x" * 2_000_000)
-        elif self.path == "/stream":
-            self.send_response(200)
-            self.end_headers()  # no Content-Length: the client must count as it reads
-            for _ in range(40):
-                self.wfile.write(b"y" * 50_000)
-        else:
-            self._send(404, b"not here")
-
-    def _send(self, code: int, body: bytes) -> None:
-        self.send_response(code)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args: object) -> None:
-        pass
-
-
-@pytest.fixture(scope="module")
-def server() -> Iterator[str]:
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{httpd.server_address[1]}"
-    httpd.shutdown()
-    httpd.server_close()
 
 
 def read_source(source: str, dl: Download) -> list[tuple[Document, str]]:
@@ -268,20 +214,20 @@ def test_an_object_store_uri_needs_a_bucket() -> None:
         kind_of("s3:///k.txt")
 
 
-def test_url_is_fetched_and_cleaned(server: str) -> None:
-    [(doc, text)] = read_source(f"{server}/pg.txt", FAST)
-    assert doc.origin == f"{server}/pg.txt" and doc.raw_bytes == len(GUTENBERG)
+def test_url_is_fetched_and_cleaned(web_server: str) -> None:
+    [(doc, text)] = read_source(f"{web_server}/pg.txt", FAST)
+    assert doc.origin == f"{web_server}/pg.txt" and doc.raw_bytes == len(GUTENBERG)
     assert text == clean(GUTENBERG.decode())[0]
 
 
-def test_transient_failures_are_retried(server: str, tmp_path: Path) -> None:
-    assert fetched(f"{server}/flaky", FAST, tmp_path) == GUTENBERG
+def test_transient_failures_are_retried(web_server: str, tmp_path: Path) -> None:
+    assert fetched(f"{web_server}/flaky", FAST, tmp_path) == GUTENBERG
     assert Handler.hits["/flaky"] == 3
 
 
-def test_client_errors_are_not_retried(server: str, tmp_path: Path) -> None:
+def test_client_errors_are_not_retried(web_server: str, tmp_path: Path) -> None:
     with pytest.raises(InputError, match="HTTP 404"):
-        fetched(f"{server}/missing", FAST, tmp_path)
+        fetched(f"{web_server}/missing", FAST, tmp_path)
     assert Handler.hits["/missing"] == 1
 
 
@@ -294,30 +240,31 @@ def test_unreachable_url_after_bounded_retries_with_backoff(capsys, tmp_path: Pa
     assert capsys.readouterr().out.count("failed") == 3
 
 
-def test_timeout(server: str, tmp_path: Path) -> None:
+def test_timeout(web_server: str, tmp_path: Path) -> None:
     with pytest.raises(InputError, match="unreachable after 1 attempt.*timed out"):
-        fetched(f"{server}/slow", Download(timeout=0.2, retries=0), tmp_path)
+        fetched(f"{web_server}/slow", Download(timeout=0.2, retries=0), tmp_path)
 
 
 @pytest.mark.parametrize("path", ["/big", "/stream"])
-def test_size_cap(server: str, path: str, tmp_path: Path) -> None:
+def test_size_cap(web_server: str, path: str, tmp_path: Path) -> None:
     with pytest.raises(InputError, match="--max_bytes 1000000"):
-        fetched(f"{server}{path}", FAST, tmp_path)
+        fetched(f"{web_server}{path}", FAST, tmp_path)
 
 
-def test_cli_trains_on_a_gutenberg_url_without_its_licence(server: str, root: Path) -> None:
+def test_cli_trains_on_a_gutenberg_url_without_its_licence(web_server: str, root: Path) -> None:
     out = subprocess.run(
         [sys.executable, "-m", "gpt", "load-corpus", "--root", str(root), "--run", "url"]
-        + ["--source", f"{server}/pg.txt", "--block_size", "32"],
+        + ["--source", f"{web_server}/pg.txt", "--block_size", "32"],
         capture_output=True,
         text=True,
     )
     assert out.returncode == 0, out.stderr
-    assert f"read {server}/pg.txt (url)" in out.stdout and "gutenberg_header_chars" in out.stdout
+    assert f"read {web_server}/pg.txt (url)" in out.stdout
+    assert "gutenberg_header_chars" in out.stdout
     text = (root / "url" / "corpus" / "text.txt").read_text()
     assert text == clean(GUTENBERG.decode())[0] and "MERCHANTABILITY" not in text
     source = json.loads((root / "url" / "corpus" / "source.json").read_text())
-    assert source["kind"] == "url" and source["source"] == f"{server}/pg.txt"
+    assert source["kind"] == "url" and source["source"] == f"{web_server}/pg.txt"
     assert source["sha256"] == hashlib.sha256(text.encode()).hexdigest()
 
 

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import torch
 from safetensors.torch import load_file
+from support.runs import TEXT, train, write_data
 
 from gpt import checkpoint
 from gpt.config import DEFAULT_SPELLING, GPTConfig, TrainConfig
@@ -19,7 +20,6 @@ from gpt.model import GPT
 from gpt.rundir import RunDir
 from gpt.spelling import FREE_MIN_COUNT, free_vectors, spell
 from gpt.tokenizer import CharTokenizer, load_tokenizer
-from tests.train_fixtures import train, write_data
 
 
 def test_a_token_is_spelt_in_its_bytes_and_its_marked_byte_pairs() -> None:
@@ -80,8 +80,6 @@ def test_only_a_small_text_spells_its_rare_tokens_alone() -> None:
 def test_a_run_on_a_small_text_keeps_the_rows_of_its_rare_tokens_at_zero(
     root: Path, capsys
 ) -> None:
-    from tests.train_fixtures import TEXT
-
     # A small text: 80 characters once each (1.5% of the training split), and Z, z and ! in
     # the held-out tenth alone.
     once = "".join(chr(0x100 + i) for i in range(80))

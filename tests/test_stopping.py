@@ -19,7 +19,7 @@ import pytest
 import torch
 import torch.distributed as dist
 from safetensors.torch import load_file
-from train_fixtures import ONE_THREAD, TINY, train, write_data
+from support.runs import ONE_THREAD, TINY_FLAGS, train, write_data
 
 from gpt.errors import EXIT_FATAL, EXIT_STOPPED
 from gpt.rundir import RunDir
@@ -45,7 +45,7 @@ def _command(root: Path, run: str, nproc: int) -> list[str]:
     if nproc > 1:
         torchrun = [sys.executable, "-m", "gpt.torchrun", "--standalone",
                     "--nproc_per_node", str(nproc)]
-    return TRAIN_GPT.command(["--root", str(root), "--run", run, *TINY, *FLAGS],
+    return TRAIN_GPT.command(["--root", str(root), "--run", run, *TINY_FLAGS, *FLAGS],
                              python=[sys.executable], torchrun=torchrun)
 
 

@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 import torch
 from safetensors.torch import load_file, load_model
+from support.runs import ONE_THREAD, TINY, TINY_MODEL, records, train, write_data
 
 from gpt import checkpoint
 from gpt import trainer as trainer_module
@@ -34,7 +35,6 @@ from gpt.rundir import DataMeta, RunDir
 from gpt.spelling import spell, spelling_of
 from gpt.tokenizer import load_tokenizer
 from gpt.trainer import Trainer, lr_at
-from tests.train_fixtures import ONE_THREAD, records, train, write_data
 
 
 def test_short_run_lowers_the_loss_and_writes_every_output(root: Path, capsys) -> None:
@@ -147,7 +147,7 @@ def test_non_finite_loss_stops_with_the_weights_of_the_last_finite_step(root: Pa
     """The verdict is read only where the trainer syncs anyway (every log_interval here), so
     training runs on to step 9; but it names step 8, and nothing after step 7 is in the weights,
     the optimizer, the metrics or a checkpoint."""
-    cfg = TrainConfig(root=str(root), run="r", n_layer=1, n_head=2, n_embd=32, block_size=16,
+    cfg = TrainConfig(root=str(root), run="r", **TINY_MODEL,
                       batch_size=8, warmup_iters=2, max_iters=20, ckpt_interval=5,
                       keep_last=10, time_budget=0, eval_iters=2, log_interval=3, device="cpu")
     write_data(root, "r")
@@ -213,7 +213,7 @@ def test_a_spelled_table_is_built_once_per_step_and_trains_as_one_built_per_micr
     backward of the summed gradient adds what the four backwards did, in the same order; for
     n-grams that tokens share see test_the_table_of_a_step_gets_every_micro_steps_gradient.)"""
     write_data(root, "r")
-    cfg = TrainConfig(root=str(root), run="r", n_layer=1, n_head=2, n_embd=32, block_size=16,
+    cfg = TrainConfig(root=str(root), run="r", **TINY_MODEL,
                       batch_size=8, grad_accum=4, warmup_iters=1, max_iters=20, dropout=0.0,
                       spelling=2, time_budget=0, device="cpu")
     once, built = _steps(cfg, 3, monkeypatch, per_micro_step=False)
@@ -344,7 +344,7 @@ def test_unset_dropout_is_on_only_where_the_run_sees_its_text_again(root: Path, 
     assert TrainConfig(dropout=0.1).dropout_for(10**9) == 0.1  # a value given is a value kept
     rundir = write_data(root, "r")
     train_tokens = DataMeta.read(rundir.meta_json).train_tokens
-    once = train_tokens // (8 * 16)  # TINY: 8 x 16 tokens a step
+    once = train_tokens // (TINY["batch_size"] * TINY["block_size"])  # tokens a step
     assert train(root, "r", "--max_iters", str(once), "--eval_interval", "1000") == 0
     assert "dropout 0 |" in capsys.readouterr().out
     # Raised --max_iters, resumed: what the run started with holds (a checkpoint of another
@@ -469,8 +469,7 @@ def test_a_compiled_step_trains_as_the_eager_one(root: Path) -> None:
     per-step losses as eager mode (with the padded vocabulary's -inf fill and the optimizer's
     found_inf flag inside the compiled graph's reach)."""
     curves = {compiled: loss_curve(root, f"compile-{compiled}", "--max_iters", "6",
-                                   "--log_interval", "1", "--compile", compiled, "--dropout", "0",
-                                   "--n_layer", "1", "--n_embd", "32", "--n_head", "2")
+                                   "--log_interval", "1", "--compile", compiled, "--dropout", "0")
               for compiled in ("false", "true")}
     assert len(curves["true"]) == 6
     assert curves["true"] == pytest.approx(curves["false"], rel=1e-4)

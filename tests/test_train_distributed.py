@@ -10,9 +10,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from support.runs import records, train_cli, write_data
 
 from gpt.rundir import RunDir
-from tests.train_fixtures import records, train_cli, write_data
 
 pytestmark = pytest.mark.slow
 

@@ -15,10 +15,8 @@ from pathlib import Path
 import pytest
 from cluster.images import Image, container_command
 from cluster.kfp_step import step_env, unresolved_run_id
-from test_cluster_train import train_on_cluster
-from test_pipeline import TINY
-
-from tests.train_fixtures import write_data
+from support.runs import TINY_PIPELINE, write_data
+from support.trainjobs import train_on_cluster
 
 pytestmark = [pytest.mark.slow]
 
@@ -158,7 +156,7 @@ def test_the_pipeline_runs_in_the_images_end_to_end(built, image_rootfs, trainer
                    pipeline_root=str(tmp_path / "kfp"), raise_on_error=True)  # fmt: skip
         pipeline = components.load_component_from_file(str(compiled))
         with unresolved_run_id():
-            pipeline(backend="trainjob", root="/gpt", **TINY)
+            pipeline(backend="trainjob", root="/gpt", **TINY_PIPELINE)
     finally:
         os.umask(old_umask)
 

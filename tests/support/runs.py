@@ -1,4 +1,5 @@
-"""Helpers for the train-gpt tests: a small `data/` written directly, and a tiny model's flags.
+"""Tiny runs: the one set of tiny settings every test trains with, a small `data/` written
+directly, and train-gpt run on it in this process or as a process of its own.
 
 The data follows load-corpus's contract (docs/architecture.md; `data/meta.json` is gpt/rundir.py's
 `DataMeta`) but is written here with numpy, char-level, so the trainer's tests do not depend on
@@ -28,12 +29,39 @@ TEXT = (
     "ADRIANA: Neither my husband nor the slave return.\n"
 ) * 40
 
-# A model and run small enough for a few seconds on a shared 2-core CPU.
-TINY = [
-    "--n_layer", "1", "--n_head", "2", "--n_embd", "32", "--block_size", "16",
-    "--batch_size", "8", "--learning_rate", "3e-3", "--min_lr", "3e-4", "--warmup_iters", "3",
-    "--time_budget", "0", "--eval_iters", "2", "--log_interval", "1", "--device", "cpu",
-]
+# The tiny run: a model and run small enough for a few seconds on a shared 2-core CPU, in
+# train-gpt's flag names (gpt/config.py). Every test's tiny settings are these, or a variant below
+# derived from them with the overrides it needs and why.
+TINY = {
+    "n_layer": 1, "n_head": 2, "n_embd": 32, "block_size": 16,
+    "batch_size": 8, "learning_rate": 3e-3, "min_lr": 3e-4, "warmup_iters": 3, "time_budget": 0,
+    "eval_iters": 2, "log_interval": 1, "device": "cpu",
+}  # fmt: skip
+
+# The tiny model's shape alone, for tests that build a GPTConfig or TrainConfig themselves.
+TINY_MODEL = {k: TINY[k] for k in ("n_layer", "n_head", "n_embd", "block_size")}
+
+# Several ranks that must train as one process would: no dropout, whose masks are per-rank random
+# draws.
+TINY_DDP = {**TINY, "dropout": 0}
+
+# The tiny run through the whole pipeline (load-corpus -> train-gpt -> generative-prompt), as the
+# pipeline's parameters: TINY less the knobs the pipeline does not have (min_lr, left at its
+# default; device, chosen by the stage), characters for tokens (no tokenizer to train), 20 steps
+# with an evaluation halfway, and a short reply to two prompts.
+TINY_PIPELINE = {
+    **{k: v for k, v in TINY.items() if k not in ("min_lr", "device")},
+    "tokenizer": "char", "max_iters": 20, "eval_interval": 10, "max_new_tokens": 16,
+    "prompt": ["To be", "or not"],
+}  # fmt: skip
+
+
+def as_flags(settings: dict) -> list[str]:
+    """`{"n_layer": 1}` as a command line: `["--n_layer", "1"]`."""
+    return [a for k, v in settings.items() for a in (f"--{k}", str(v))]
+
+
+TINY_FLAGS = as_flags(TINY)
 
 
 def write_data(root: Path, run: str, text: str = TEXT, val_fraction: float = 0.1) -> RunDir:
@@ -68,7 +96,7 @@ def train(root: Path, run: str, *flags: str) -> int:
     os.environ.update(ONE_THREAD)
     torch.set_num_threads(1)
     try:
-        return gpt_main(["train-gpt", "--root", str(root), "--run", run, *TINY, *flags])
+        return gpt_main(["train-gpt", "--root", str(root), "--run", run, *TINY_FLAGS, *flags])
     finally:
         torch.set_num_threads(threads)
         if saved is None:
@@ -82,7 +110,7 @@ def train_cli(root: Path, run: str, *flags: str, env: dict | None = None,
     """The same as a separate process, optionally under `torchrun <torchrun args>` (the stage's
     own command line: `-- train-gpt` after torchrun's options)."""
     cmd = TRAIN_GPT.command(
-        ["--root", str(root), "--run", run, *TINY, *flags],
+        ["--root", str(root), "--run", run, *TINY_FLAGS, *flags],
         python=[sys.executable],
         torchrun=[sys.executable, "-m", "torch.distributed.run", *torchrun] if torchrun else None,
     )
