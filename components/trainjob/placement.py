@@ -19,7 +19,8 @@ class Placement:
     gpus_per_node: int = 0
     """NVIDIA GPUs to request per node (TrainJob resourcesPerNode); 0: the runtime's resources."""
     timeout: float = 3600
-    """Seconds before the stage is stopped (its TrainJob deleted) and the step fails."""
+    """Seconds before the stage is stopped (its TrainJob deleted) and the step fails (the
+    prompt's: keep it above idle_timeout)."""
     start_timeout: float = 120
     """Seconds a TrainJob may go without a pod, and each of its pods may stay Pending
     (unschedulable, its image not pulled, its volume not attached), before the TrainJob is
