@@ -194,9 +194,9 @@ def run_stage(
     rundir = RunDir.of(values["root"], values["run"])
     rels = [out.rel for out in stage.outputs]
     if backend == "local":
-        from components.step.local_process import run_local
+        from components.step.local_process import run_as_process
 
-        run_local(stage, args, placement, say=say)
+        run_as_process(stage, args, placement, say=say)
         found = [rundir.path / rel for rel in rels]
         return {str(p.relative_to(rundir.path)): p.read_bytes() for p in found if p.is_file()}
 
