@@ -14,8 +14,8 @@ class Placement:
     num_nodes: int = 1
     """Nodes (TrainJob numNodes); the local backend has one."""
     num_proc_per_node: int = 0
-    """Processes per node (TrainJob numProcPerNode; torchrun when > 1); 0: one per GPU, else 1.
-    (0 stands for unset: a KFP parameter cannot be None.)"""
+    """Processes per node (TrainJob numProcPerNode; torchrun when > 1); 0: one per GPU
+    (gpus_per_node), else 1."""
     gpus_per_node: int = 0
     """NVIDIA GPUs to request per node (TrainJob resourcesPerNode); 0: the runtime's resources."""
     timeout: float = 3600
