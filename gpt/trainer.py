@@ -135,7 +135,7 @@ class Trainer:
         self.device = world.device
         self.data = TokenData.load(self.rundir)
         self.data.check_block_size(cfg.block_size)
-        self.micro_batch = self._micro_batch()
+        self.micro_batch = self._micro_batch_size()
         self.tokens_per_step = cfg.batch_size * cfg.block_size
         self.batches = Batches(self.data.train, cfg.block_size, cfg.batch_size, cfg.seed)
         self.eval_windows = eval_offsets(
@@ -161,13 +161,13 @@ class Trainer:
 
         # What runs the training step: maybe compiled, then wrapped by DDP. self.model stays the
         # plain module for evaluation, checkpoints and export.
-        self.step_model = self._step_model()
+        self.step_model = self._build_step_model()
         self.bf16 = self._use_bf16(cfg.dtype)
         cuda = self.device.type == "cuda"
         peaks = [v for k, v in PEAK_FLOPS.items() if cuda and k in torch.cuda.get_device_name()]
         self.peak_flops = world.size * peaks[0] if peaks and self.bf16 else None
 
-    def _micro_batch(self) -> int:
+    def _micro_batch_size(self) -> int:
         """Sequences per rank per micro-step: --batch_size split over the ranks and micro-steps."""
         cfg, size = self.cfg, self.world.size
         if cfg.batch_size % (size * cfg.grad_accum):
@@ -177,7 +177,7 @@ class Trainer:
             )
         return cfg.batch_size // (size * cfg.grad_accum)
 
-    def _step_model(self) -> torch.nn.Module:
+    def _build_step_model(self) -> torch.nn.Module:
         """The model the training step runs: compiled (--compile; unset: on CUDA, if Triton can
         build its kernel launchers there), then wrapped by DDP under torchrun."""
         cuda = self.device.type == "cuda"
@@ -296,7 +296,7 @@ class Trainer:
                 self.divergence.check()  # before anything of this step is written
             record: dict[str, Any] = {}
             if log_due:
-                record |= self._progress(loss, lr)
+                record |= self._log_progress(loss, lr)
             if eval_due:
                 record |= (last_val := self.evaluate())
             if record and world.is_main:
@@ -304,7 +304,7 @@ class Trainer:
                              {"step": st.step, "elapsed_s": st.elapsed_s, **record},
                              what=f"the metrics of step {st.step}")
             if checkpoint_due:
-                self._save()
+                self._save_checkpoint()
             if stop and not self.done():
                 raise Stopped(
                     f"stopped by {self._signal_name()} at step {st.step} of {cfg.max_iters}, "
@@ -313,7 +313,7 @@ class Trainer:
         if last_val is None:  # nothing left to train: a restart after the end re-exports
             last_val = self.evaluate()
         if world.is_main:
-            self._finish(last_val)
+            self._export_and_report(last_val)
 
     def _clock_due(self) -> bool:
         """Whether ckpt_interval_s passed since the last checkpoint by rank 0's clock (False on
@@ -359,7 +359,7 @@ class Trainer:
             self.average.update(self.model, st.step + 1)
         return total / accum
 
-    def _progress(self, loss: torch.Tensor, lr: float) -> dict[str, Any]:
+    def _log_progress(self, loss: torch.Tensor, lr: float) -> dict[str, Any]:
         cfg, st = self.cfg, self.state
         loss_value = self.world.sum([loss.item()])[0] / self.world.size
         now = time.perf_counter()
@@ -411,7 +411,7 @@ class Trainer:
         self._mark = (time.perf_counter(), self.state.step)  # tokens/s counts training only
         return {"val_loss": val, "val_bpb": bpb}
 
-    def _save(self) -> None:
+    def _save_checkpoint(self) -> None:
         rngs = self.world.gather_json(checkpoint.rng_state(self.device))
         if self.world.is_main:
             state = CheckpointState(
@@ -429,7 +429,7 @@ class Trainer:
         self._saved_at = time.perf_counter()
         self._mark = (self._saved_at, self.state.step)
 
-    def _finish(self, val: dict[str, float]) -> None:
+    def _export_and_report(self, val: dict[str, float]) -> None:
         cfg, st, rundir = self.cfg, self.state, self.rundir
         save_export(self.eval_model, self.data.tokenizer, rundir.model_dir)
         stopped_by = "max_iters" if st.step >= cfg.max_iters else "time_budget"
