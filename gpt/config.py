@@ -314,32 +314,6 @@ class TrainConfig(SeedConfig, ModelConfig, RunConfig):
         if self.export_uri:
             check_uri(self.export_uri, "--export_uri")
 
-    def passes(self, train_tokens: int) -> float:
-        """How many times the run's tokens (max_iters x batch_size x block_size) cover a
-        training split of `train_tokens` tokens: what decides the unset dropout and average."""
-        return self.max_iters * self.batch_size * self.block_size / max(1, train_tokens)
-
-    def dropout_for(self, train_tokens: int) -> float:
-        """--dropout, or when unset, what it is for a training split of `train_tokens` tokens."""
-        if self.dropout is not None:
-            return self.dropout
-        return DROPOUT_REPEATED if self.passes(train_tokens) > 1 else 0.0
-
-    def ema_decay_for(self, train_tokens: int) -> float:
-        """--ema_decay, or when unset, what it is for a training split of `train_tokens` tokens."""
-        if self.ema_decay is not None:
-            return self.ema_decay
-        on = self.passes(train_tokens) >= EMA_MIN_PASSES and self.max_iters >= EMA_MIN_STEPS
-        return DEFAULT_EMA_DECAY if on else 0.0
-
-    def model_config(self, vocab_size: int, train_tokens: int | None = None) -> GPTConfig:
-        """The model this run trains on a training split of `train_tokens` tokens (None: the
-        shape alone, for a benchmark; an unset dropout is then 0)."""
-        dropout = self.dropout if train_tokens is None else self.dropout_for(train_tokens)
-        spelling = DEFAULT_SPELLING if self.spelling is None else self.spelling
-        return GPTConfig(**{**fields_of(self, ModelConfig), "dropout": dropout,
-                            "spelling": spelling}, vocab_size=vocab_size)
-
 
 @dataclass
 class CorpusConfig(ContextConfig, RunConfig):
