@@ -28,7 +28,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     rest = items[len(minutes):]
     # (zip_longest: with fewer other tests than minutes ones, as when one is run alone, zip
     # would drop the unpaired ones, and pytest ran nothing)
-    paired = [i for pair in zip_longest(minutes, rest) for i in pair if i is not None]
+    paired = [i for pair in zip_longest(minutes, rest[:len(minutes)]) for i in pair
+              if i is not None]
     items[:] = paired + rest[len(minutes):]
 
 
