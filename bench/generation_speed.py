@@ -25,6 +25,7 @@ from gpt.export import save_export
 from gpt.model import GPT
 from gpt.rundir import DataMeta
 from gpt.sampling import Speed, measure_speed
+from gpt.settings import resolve_settings
 from gpt.tokenizer import load_tokenizer
 
 NEW_TOKENS = 256
@@ -40,7 +41,7 @@ def run(quick: bool) -> Result:
         prompt = np.memmap(rundir.val_bin, dtype=meta.dtype, mode="r")[:PROMPT_TOKENS].tolist()
         tokenizer = load_tokenizer(rundir.tokenizer_json)
         torch.manual_seed(0)
-        config = TrainConfig().model_config(meta.vocab_size, meta.train_tokens)
+        config = resolve_settings(TrainConfig(), meta.vocab_size, meta.train_tokens).model
         model = GPT(config).to(device).eval()
         save_export(model, tokenizer, Path(root) / "model")
         theirs = hf_model(Path(root) / "model", device)

@@ -15,11 +15,12 @@ import tempfile
 
 from bench.harness import Result, Stats, fmt_stats, repeat, timed
 from gpt.config import GPTConfig, TrainConfig
+from gpt.settings import resolve_settings
 
 # The default model's vocabulary: the compacted GPT-2 tokenizer on the embedded corpus is at most
-# max_vocab (8192) ids.
+# max_vocab (8192) ids; its training split is 25,648 tokens.
 MODELS = {
-    "default (4 x 128)": TrainConfig().model_config(8192),
+    "default (4 x 128)": resolve_settings(TrainConfig(), 8192, train_tokens=25_648).model,
     "GPT-2 124M (12 x 768)": GPTConfig(n_layer=12, n_head=12, n_embd=768, block_size=1024,
                                        vocab_size=50257, dropout=0.0),  # fmt: skip
 }
@@ -48,15 +49,17 @@ def _save_seconds(config: GPTConfig, repeats: int) -> tuple[Stats, int, int]:
     from gpt.rundir import RunDir
 
     model, optimizer = _trained(config)
+    state = checkpoint.CheckpointState(checkpoint.TrainState(), config, ema_decay=0.0, data={},
+                                       config={}, world_size=1)
     with tempfile.TemporaryDirectory() as root:
-        run_dir = RunDir.of(root, "bench")
+        rundir = RunDir.of(root, "bench")
         steps = iter(range(1, 1000))
 
         def save() -> None:
-            checkpoint.save(run_dir, next(steps), model, optimizer, {}, [], keep_last=1)
+            checkpoint.save(rundir, next(steps), model, optimizer, state, [], keep_last=1)
 
         seconds = repeat(lambda: timed(save), warmup=1, repeats=repeats)
-        size = sum(f.stat().st_size for f in run_dir.ckpt_dir.rglob("*") if f.is_file())
+        size = sum(f.stat().st_size for f in rundir.ckpt_dir.rglob("*") if f.is_file())
     return seconds, size, sum(p.numel() for p in model.parameters())
 
 

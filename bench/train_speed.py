@@ -86,7 +86,7 @@ def run(quick: bool) -> Result:
     steps = 50 if cuda else 10  # steps per window: a CUDA step is a few milliseconds
     with tempfile.TemporaryDirectory() as root, _fresh_compile_cache(root):
         rundir = default_corpus(root)
-        cfg = TrainConfig(root=root, run=rundir.run, resume="never")
+        cfg = TrainConfig(root=root, run=rundir.run_id, resume="never")
         result = Result(
             "train",
             {

@@ -232,7 +232,7 @@ def prepare_data(shape: Shape, root: Path, quick: bool) -> tuple[str, int]:
     meta = DataMeta.read(rundir.meta_json)
     if meta.dtype != "uint16":
         raise RuntimeError(f"{rundir.meta_json}: nanoGPT reads uint16 token files only")
-    return rundir.run, meta.vocab_size
+    return rundir.run_id, meta.vocab_size
 
 
 def linked_run(root: Path, data_run: str, name: str) -> str:

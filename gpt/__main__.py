@@ -39,7 +39,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         cfg = parse_config(stage.config, rest, stage.prog, f"{name}: {stage.summary}")
         with runlock.hold(cfg.rundir, stage.prog):
-            stage.run(cfg)
+            stage.main(cfg)
     except (ValueError, InputError) as e:
         # ValueError comes from a config's validation, InputError from a stage refusing its
         # input or from a writer finding the volume full (DiskFull); any other exception is a

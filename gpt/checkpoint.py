@@ -6,8 +6,9 @@ checkpoint, and a half-written one is never picked up. Each holds
 
   model.safetensors  the weights (safetensors: tensors only, no code can hide in it)
   optimizer.pt       AdamW's state_dict, loaded with weights_only=True (tensors and numbers only)
-  state.json         the trainer state (step, which is also the data position; elapsed time), the
-                     config, and the identity of the data it was trained on
+  state.json         `CheckpointState`: the progress (step, which is also the data position;
+                     elapsed time), the model and weight average as built, the flags, and the
+                     identity of the data it was trained on
   rng.json           every rank's RNG states: torch (and CUDA), numpy, python
   average.safetensors  the moving average of the weights (gpt/ema.py), if the run keeps one
                      (--ema_decay): what it evaluates and exports
@@ -15,11 +16,13 @@ checkpoint, and a half-written one is never picked up. Each holds
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import pickle
 import random
 import re
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +32,7 @@ import safetensors.torch
 import torch
 
 from gpt import atomic, faults
+from gpt.config import DEFAULT_EMA_DECAY, GPTConfig
 from gpt.errors import InputError, first_line
 from gpt.rundir import RunDir
 
@@ -36,14 +40,110 @@ MODEL, OPTIMIZER, STATE, RNG = "model.safetensors", "optimizer.pt", "state.json"
 FILES = (MODEL, OPTIMIZER, STATE, RNG)  # every checkpoint has these
 AVERAGE = "average.safetensors"  # and one of a run with a weight average, this
 _STEP_DIR = re.compile(r"^step-(\d+)$")
+_RESTART = "pass --resume never to start over"
 
 
-def save(run: RunDir, step: int, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
-         state: dict[str, Any], rngs: list[dict[str, Any]], keep_last: int,
+@dataclass
+class TrainState:
+    """The progress a checkpoint restores, besides weights, optimizer and RNG states."""
+
+    step: int = 0
+    """Optimizer steps done. Also the data position: step s trains on the windows drawn from
+    (seed, s), and the learning rate is a function of s alone."""
+    elapsed_s: float = 0.0
+    """Training wall time summed over every attempt: what --time_budget counts. It decides only
+    when a budgeted run stops, never what a step computes, so runs stay reproducible."""
+    tokens: int = 0
+    """Tokens trained on, over all ranks."""
+
+
+@dataclass(frozen=True)
+class CheckpointState:
+    """A checkpoint's `state.json`: what a resumed run continues from and is checked against.
+
+    The trainer makes one per checkpoint, `save` writes it (`to_json`) and `read_state` reads it
+    (`from_json`); nothing else spells its keys. A state.json of an older version reads with the
+    keys it lacks at the values it implied (`from_json`).
+    """
+
+    train: TrainState
+    """The progress: steps, training time, tokens."""
+    model: GPTConfig
+    """The model as built, its unset flags resolved (gpt/settings.py): a resumed run keeps its
+    dropout and spelling, and must have the same shape."""
+    ema_decay: float
+    """The weight average's decay per step, 0 for none: a resumed run keeps it."""
+    data: dict[str, Any]
+    """`DataMeta.identity()` of the data trained on: resuming on other data is refused."""
+    config: dict[str, Any]
+    """Every flag of the attempt that wrote it (TrainConfig), compared key by key on resume
+    (a changed one is logged), so a flag added or removed since is no error."""
+    world_size: int
+    """How many processes trained."""
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "train": dataclasses.asdict(self.train),
+            "config": self.config,
+            "model": dataclasses.asdict(self.model),
+            "ema_decay": self.ema_decay,
+            "data": self.data,
+            "world_size": self.world_size,
+        }
+
+    @classmethod
+    def from_json(cls, raw: Any, has_average: bool) -> CheckpointState:
+        """The state `raw` (a parsed state.json) holds, of a checkpoint with a weight average
+        file or not (`has_average`); a ValueError says what is wrong with it.
+
+        Older versions wrote no "spelling" (their embedding was a plain table, 0) and no
+        "ema_decay" (their rule: the default decay if the checkpoint has an average, else 0).
+        """
+        if not isinstance(raw, dict):
+            raise ValueError("not a JSON object")
+        missing = [k for k in ("train", "model", "data", "config", "world_size") if k not in raw]
+        if missing:
+            raise ValueError(f"missing key {missing[0]!r}")
+        for key in ("train", "model", "data", "config"):
+            if not isinstance(raw[key], dict):
+                raise ValueError(f"{key}: not a JSON object")
+        train = _typed(TrainState, raw["train"], "train")
+        for name in ("step", "tokens"):
+            if not _is_int(getattr(train, name)) or getattr(train, name) < 0:
+                raise ValueError(f"train.{name} {getattr(train, name)!r}: not an integer >= 0")
+        if not isinstance(train.elapsed_s, int | float) or not train.elapsed_s >= 0:
+            raise ValueError(f"train.elapsed_s {train.elapsed_s!r}: not a number >= 0")
+        model = _typed(GPTConfig, {"spelling": 0, **raw["model"]}, "model")
+        ema_decay = raw.get("ema_decay", DEFAULT_EMA_DECAY if has_average else 0.0)
+        if not isinstance(ema_decay, int | float) or not 0 <= ema_decay < 1:
+            raise ValueError(f"ema_decay {ema_decay!r}: not a number in [0, 1)")
+        if not _is_int(raw["world_size"]) or raw["world_size"] < 1:
+            raise ValueError(f"world_size {raw['world_size']!r}: not a positive integer")
+        return cls(train, model, ema_decay, raw["data"], raw["config"], raw["world_size"])
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _typed(cls: type, raw: dict[str, Any], key: str) -> Any:
+    """`cls` (a dataclass) of the object `raw` at `key`: every field, keys no field has left out
+    (a setting removed since is no error; a model's shape is compared field by field)."""
+    fields = [f.name for f in dataclasses.fields(cls)]
+    if absent := [name for name in fields if name not in raw]:
+        raise ValueError(f"{key}: missing key {absent[0]!r}")
+    try:
+        return cls(**{name: raw[name] for name in fields})
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"{key}: {first_line(e)}") from None
+
+
+def save(rundir: RunDir, step: int, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
+         state: CheckpointState, rngs: list[dict[str, Any]], keep_last: int,
          average: torch.nn.Module | None = None) -> Path:
     """Write `ckpt/step-<step>/` (with the weight average `average`, if given), point LATEST at
     it, and drop all but the newest `keep_last`."""
-    dest = run.ckpt_step(step)
+    dest = rundir.ckpt_step(step)
     what = f"checkpoint step {step}"
     with atomic.staged_dir(dest, what=what) as stage:
         # save_model, not save_file: the tied embedding and head share one tensor.
@@ -54,67 +154,72 @@ def save(run: RunDir, step: int, model: torch.nn.Module, optimizer: torch.optim.
         # "unexpected pos" and nothing more; Python's write raises the OSError it is.
         with open(stage / OPTIMIZER, "wb") as f:
             torch.save(optimizer.state_dict(), f)
-        (stage / STATE).write_text(json.dumps(state, indent=2, sort_keys=True) + "\n")
+        (stage / STATE).write_text(json.dumps(state.to_json(), indent=2, sort_keys=True) + "\n")
         (stage / RNG).write_text(json.dumps({str(r): s for r, s in enumerate(rngs)}) + "\n")
         faults.checkpoint_staged(step)
-    atomic.write_text(run.latest, dest.name + "\n", what=f"the pointer to {what}")
-    prune(run, keep_last)
+    atomic.write_text(rundir.latest, dest.name + "\n", what=f"the pointer to {what}")
+    prune(rundir, keep_last)
     return dest
 
 
-def _step_dirs(run: RunDir) -> list[tuple[int, Path]]:
-    if not run.ckpt_dir.is_dir():
+def _step_dirs(rundir: RunDir) -> list[tuple[int, Path]]:
+    if not rundir.ckpt_dir.is_dir():
         return []
-    found = ((_STEP_DIR.match(p.name), p) for p in run.ckpt_dir.iterdir() if p.is_dir())
+    found = ((_STEP_DIR.match(p.name), p) for p in rundir.ckpt_dir.iterdir() if p.is_dir())
     return sorted((int(m.group(1)), p) for m, p in found if m)
 
 
-def prune(run: RunDir, keep_last: int) -> None:
+def prune(rundir: RunDir, keep_last: int) -> None:
     """Remove all but the newest `keep_last` checkpoints (never the one LATEST names), and the
     staging directories of writes that were cut off."""
-    latest = find_latest(run)
-    for _, path in _step_dirs(run)[:-keep_last]:
+    latest = find_latest(rundir)
+    for _, path in _step_dirs(rundir)[:-keep_last]:
         if path != latest:
             shutil.rmtree(path, ignore_errors=True)
-    for stale in run.ckpt_dir.glob(".step-*.staging"):
+    for stale in rundir.ckpt_dir.glob(".step-*.staging"):
         shutil.rmtree(stale, ignore_errors=True)
 
 
-def clear(run: RunDir) -> None:
+def clear(rundir: RunDir) -> None:
     """Remove every checkpoint (a fresh start)."""
-    shutil.rmtree(run.ckpt_dir, ignore_errors=True)
+    shutil.rmtree(rundir.ckpt_dir, ignore_errors=True)
 
 
-def find_latest(run: RunDir) -> Path | None:
+def find_latest(rundir: RunDir) -> Path | None:
     """The checkpoint LATEST names, or None if there is none; a broken one is an InputError."""
-    if not run.latest.is_file():
+    if not rundir.latest.is_file():
         return None
-    name = run.latest.read_text().strip()
+    name = rundir.latest.read_text().strip()
     if not _STEP_DIR.match(name):
-        raise InputError(f"{run.latest}: does not name a checkpoint ({name[:40]!r})")
-    path = run.ckpt_dir / name
+        raise InputError(f"{rundir.latest}: does not name a checkpoint ({name[:40]!r})")
+    path = rundir.ckpt_dir / name
     missing = [f for f in FILES if not (path / f).is_file()]
     if missing:
         raise InputError(
-            f"{run.latest} names {name}, which lacks {', '.join(missing)}; "
-            f"remove {run.ckpt_dir} or pass --resume never to start over"
+            f"{rundir.latest} names {name}, which lacks {', '.join(missing)}; "
+            f"remove {rundir.ckpt_dir} or {_RESTART}"
         )
     return path
 
 
-def read_state(path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
-    """state.json and rng.json of checkpoint `path` (an older state.json with the keys it
-    lacks at the values it implied)."""
-    out = []
-    for name in (STATE, RNG):
-        try:
-            out.append(json.loads((path / name).read_text()))
-        except (OSError, ValueError) as e:
-            raise InputError(f"{path / name}: truncated or corrupt checkpoint file ({e})") from None
-    state, rng = out
-    # A checkpoint from before --spelling has a plain embedding table.
-    state.get("model", {}).setdefault("spelling", 0)
-    return state, rng
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        raise InputError(f"{path}: truncated or corrupt checkpoint file ({e})") from None
+
+
+def read_state(path: Path) -> CheckpointState:
+    """The state.json of checkpoint `path`; a bad one is a one-line InputError naming it."""
+    try:
+        return CheckpointState.from_json(_read_json(path / STATE), has_average(path))
+    except ValueError as e:
+        raise InputError(f"{path / STATE}: not a checkpoint state ({e}); {_RESTART}") from None
+
+
+def read_rngs(path: Path) -> dict[str, Any]:
+    """The rng.json of checkpoint `path`: each rank's RNG states, by rank."""
+    return _read_json(path / RNG)
 
 
 def load_weights(path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer,

@@ -25,7 +25,8 @@ class RunConfig:
     """What every stage shares: where the run directory is."""
 
     root: str = "runs"
-    """Directory that holds one sub-directory per run (`/gpt` on the cluster)."""
+    """Directory that holds one sub-directory per run: /gpt (PVC gpt-pvc, where the runtimes
+    mount it) for a TrainJob, any folder for a local run."""
     run: str = "demo"
     """Run id: the sub-directory of --root this stage reads and writes (the KFP run id on a
     cluster)."""
@@ -51,7 +52,27 @@ DEFAULT_SPELLING = 2
 
 
 @dataclass
-class ModelConfig:
+class ContextConfig:
+    """The context length: the model's and training's (train-gpt), and what load-corpus checks
+    each split can give (one name, one default, for both stages)."""
+
+    block_size: int = 64
+    """Context window in tokens: the most the model attends over, and each training window's
+    length; load-corpus checks that each split holds at least one window."""
+
+
+@dataclass
+class SeedConfig:
+    """The seed of a stage's randomness (train-gpt's and generative-prompt's)."""
+
+    seed: int = 1337
+    """Seed of everything random in the stage: training's initialisation, batch order and dropout
+    (equal seeds give equal runs on a CPU), or the first reply's sampling (each later reply uses
+    the next number, so any transcript line can be reproduced with --seed and --prompt)."""
+
+
+@dataclass
+class ModelConfig(ContextConfig):
     """The model's shape, as a person chooses it: train-gpt's model flags. `GPTConfig`
     adds the vocabulary size, which comes from the data. The defaults are the training recipe's
     (bench/recipe_trials.md): nanoGPT's CPU "baby GPT" shape with dropout for a small corpus."""
@@ -63,9 +84,6 @@ class ModelConfig:
     rope, which turns pairs of dimensions)."""
     n_embd: int = 128
     """Width of the residual stream (embedding dimension)."""
-    block_size: int = 64
-    """Context window in tokens: the most the model attends over, and each training window's
-    length."""
     dropout: float | None = None
     """Dropout probability while training, in [0, 1). Unset: DROPOUT_REPEATED when the run
     trains on more tokens than its training split holds (max_iters x batch_size x block_size:
@@ -126,8 +144,8 @@ class SamplingConfig:
     temperature: float = 0.8
     """Softmax temperature: below 1 is more conservative, above 1 more adventurous; 0 is greedy
     (always the most likely token)."""
-    top_k: int | None = None
-    """Sample only among the k most likely tokens (k >= 1; unset: no limit)."""
+    top_k: int = 0
+    """Sample only among the k most likely tokens; 0: no limit."""
     top_p: float = 1.0
     """Nucleus sampling: sample only among the most likely tokens whose probabilities add up to
     at least p, in (0, 1]; 1 keeps all."""
@@ -137,8 +155,8 @@ class SamplingConfig:
     def __post_init__(self) -> None:
         if not self.temperature >= 0:  # also refuses NaN
             raise ValueError(f"--temperature {self.temperature!r}: must be >= 0 (0 = greedy)")
-        if self.top_k is not None and self.top_k < 1:
-            raise ValueError(f"--top_k {self.top_k!r}: must be >= 1 (leave it unset for no limit)")
+        if not isinstance(self.top_k, int) or isinstance(self.top_k, bool) or self.top_k < 0:
+            raise ValueError(f"--top_k {self.top_k!r}: must be an integer >= 0 (0: no limit)")
         if not 0 < self.top_p <= 1:
             raise ValueError(f"--top_p {self.top_p!r}: must be in (0, 1]")
         if self.max_new_tokens < 1:
@@ -184,7 +202,7 @@ EMA_MIN_STEPS = 600  # three averaging horizons, 3 / (1 - DEFAULT_EMA_DECAY)
 
 
 @dataclass
-class TrainConfig(ModelConfig, RunConfig):
+class TrainConfig(SeedConfig, ModelConfig, RunConfig):
     """train-gpt's flags: the run directory, the model (ModelConfig), and these."""
 
     # batch
@@ -243,8 +261,6 @@ class TrainConfig(ModelConfig, RunConfig):
     resume: Literal["auto", "never", "require"] = "auto"
     """auto: continue from ckpt/LATEST if there is one; never: start over, removing old
     checkpoints; require: fail unless there is a checkpoint to continue from."""
-    seed: int = 1337
-    """Seed for initialisation, batches and dropout: equal seeds give equal runs on a CPU."""
     device: Literal["auto", "cpu", "cuda"] = "auto"
     """Where to train; auto picks CUDA when available."""
     dtype: Literal["auto", "bfloat16", "float32"] = "auto"
@@ -298,35 +314,9 @@ class TrainConfig(ModelConfig, RunConfig):
         if self.export_uri:
             check_uri(self.export_uri, "--export_uri")
 
-    def passes(self, train_tokens: int) -> float:
-        """How many times the run's tokens (max_iters x batch_size x block_size) cover a
-        training split of `train_tokens` tokens: what decides the unset dropout and average."""
-        return self.max_iters * self.batch_size * self.block_size / max(1, train_tokens)
-
-    def dropout_for(self, train_tokens: int) -> float:
-        """--dropout, or when unset, what it is for a training split of `train_tokens` tokens."""
-        if self.dropout is not None:
-            return self.dropout
-        return DROPOUT_REPEATED if self.passes(train_tokens) > 1 else 0.0
-
-    def ema_decay_for(self, train_tokens: int) -> float:
-        """--ema_decay, or when unset, what it is for a training split of `train_tokens` tokens."""
-        if self.ema_decay is not None:
-            return self.ema_decay
-        on = self.passes(train_tokens) >= EMA_MIN_PASSES and self.max_iters >= EMA_MIN_STEPS
-        return DEFAULT_EMA_DECAY if on else 0.0
-
-    def model_config(self, vocab_size: int, train_tokens: int | None = None) -> GPTConfig:
-        """The model this run trains on a training split of `train_tokens` tokens (None: the
-        shape alone, for a benchmark; an unset dropout is then 0)."""
-        dropout = self.dropout if train_tokens is None else self.dropout_for(train_tokens)
-        spelling = DEFAULT_SPELLING if self.spelling is None else self.spelling
-        return GPTConfig(**{**fields_of(self, ModelConfig), "dropout": dropout,
-                            "spelling": spelling}, vocab_size=vocab_size)
-
 
 @dataclass
-class CorpusConfig(RunConfig):
+class CorpusConfig(ContextConfig, RunConfig):
     """load-corpus's flags: the run directory, the source, the tokenizer, and these."""
 
     source: str = DEFAULT_SOURCE
@@ -345,8 +335,6 @@ class CorpusConfig(RunConfig):
     with the kept ones. 0: no limit (every token the corpus uses, counted exactly)."""
     val_fraction: float = 0.1
     """Fraction of the cleaned text, taken from its end, held out for validation."""
-    block_size: int = 256
-    """Context length training will use: the corpus must give one block to each split."""
     overwrite: bool = False
     """Replace this run's corpus and data even if they came from different inputs."""
     download_timeout: float = 30.0
@@ -386,24 +374,22 @@ _DEVICE = re.compile(r"^(auto|cpu|mps|cuda(:\d+)?)$")
 
 
 @dataclass
-class PromptConfig(SamplingConfig, RunConfig):
+class PromptConfig(SeedConfig, SamplingConfig, RunConfig):
     """generative-prompt's flags: the run directory, the sampling settings, and these."""
 
-    seed: int = 1337
-    """Seed of the first reply's sampling; each later reply uses the next number, so any
-    transcript line can be reproduced with --seed and --prompt."""
     prompt: list[str] = field(default_factory=list)
     """Answer this prompt and exit instead of opening the interactive prompt (repeatable)."""
-    idle_timeout: float | None = None
-    """End the interactive session after this many seconds without input (unset: wait forever)."""
+    idle_timeout: float = 0.0
+    """End the interactive session after this many seconds without input; 0: wait forever."""
     device: str = "auto"
     """Where the model runs: auto (cuda if available, else cpu), cpu, cuda, cuda:N, mps."""
 
     def __post_init__(self) -> None:
         RunConfig.__post_init__(self)
         SamplingConfig.__post_init__(self)
-        if self.idle_timeout is not None and not self.idle_timeout > 0:
-            raise ValueError(f"--idle_timeout {self.idle_timeout!r}: must be > 0 seconds")
+        if not self.idle_timeout >= 0:  # also refuses NaN
+            raise ValueError(f"--idle_timeout {self.idle_timeout!r}: must be >= 0 seconds "
+                             "(0: wait forever)")
         if not _DEVICE.match(self.device):
             raise ValueError(
                 f"--device {self.device!r}: must be auto, cpu, mps, cuda or cuda:N"

@@ -54,10 +54,10 @@ class TextFile:
 
 
 def main(cfg: CorpusConfig) -> None:
-    rd = cfg.rundir
+    rundir = cfg.rundir
     kind = kind_of(cfg.source)
-    with scratch_dir(rd.path, what="the corpus (download, cleaned text, token ids)") as scratch:
-        text_path = scratch / rd.text_txt.name
+    with scratch_dir(rundir.path, what="the corpus (download, cleaned text, token ids)") as scratch:
+        text_path = scratch / rundir.text_txt.name
         reading = Progress("cleaned", source_bytes(cfg.source))
         with open(text_path, "wb") as f:
             text = TextFile(f)
@@ -75,8 +75,9 @@ def main(cfg: CorpusConfig) -> None:
             block_size=cfg.block_size,
             corpus_sha256=text.sha256.hexdigest(),
         )
-        if up_to_date(rd, inputs, cfg.overwrite):
-            print(f"corpus: {rd.path} already up to date (same inputs and text); nothing written")
+        if up_to_date(rundir, inputs, cfg.overwrite):
+            print(f"corpus: {rundir.path} already up to date (same inputs and text); "
+                  "nothing written")
             return
 
         tokenizing = Progress("tokenized", text.nbytes)
@@ -108,13 +109,13 @@ def main(cfg: CorpusConfig) -> None:
             "kept_bytes": text.nbytes,
             "sha256": inputs.corpus_sha256,
         }
-        write(rd, scratch, source, tok, meta)
+        write(rundir, scratch, source, tok, meta)
     print(
         f"corpus: train {meta.train_tokens:,} tokens ({meta.train_bytes:,} bytes), "
         f"val {meta.val_tokens:,} tokens ({meta.val_bytes:,} bytes), {meta.dtype}"
     )
-    print(f"corpus: wrote {rd.corpus_dir}/{{text.txt,source.json}}")
-    print(f"corpus: wrote {rd.data_dir}/{{train.bin,val.bin,tokenizer.json,meta.json}}")
+    print(f"corpus: wrote {rundir.corpus_dir}/{{text.txt,source.json}}")
+    print(f"corpus: wrote {rundir.data_dir}/{{train.bin,val.bin,tokenizer.json,meta.json}}")
 
 
 def check_length(cfg: CorpusConfig, out: TokenFiles) -> None:
@@ -146,61 +147,62 @@ def download_of(cfg: CorpusConfig) -> Download:
     )
 
 
-def up_to_date(rd: RunDir, inputs: CorpusInputs, overwrite: bool) -> bool:
+def up_to_date(rundir: RunDir, inputs: CorpusInputs, overwrite: bool) -> bool:
     """True if the run already holds data from exactly these inputs; refuse other inputs.
 
     What an interrupted write left (data/ renamed into place, corpus/ not yet, or still an
     earlier input's) is written again when the inputs are the same: that is the same command
     run again after a kill, and nothing of value is there to lose.
     """
-    if not rd.meta_json.exists():
+    if not rundir.meta_json.exists():
         return False
-    old = read_json_object(rd.meta_json)
+    old = read_json_object(rundir.meta_json)
     diff = inputs.changed(old)
     if not diff:
-        if whole(rd, old):
+        if whole(rundir, old):
             return not overwrite
-        print(f"corpus: {rd.path} was left incomplete by an interrupted run; writing it again")
+        print(f"corpus: {rundir.path} was left incomplete by an interrupted run; writing it again")
         return False
     if overwrite:
-        print(f"corpus: --overwrite: replacing the corpus and data of {rd.path}")
+        print(f"corpus: --overwrite: replacing the corpus and data of {rundir.path}")
         return False
     now = dataclasses.asdict(inputs)
     what = ", ".join(f"{k} {old.get(k)!r} there, {now[k]!r} now" for k in diff)
     raise InputError(
-        f"--run {rd.run!r}: {rd.path} already holds data from other inputs ({what}); "
+        f"--run {rundir.run_id!r}: {rundir.path} already holds data from other inputs ({what}); "
         "use a new --run or pass --overwrite true"
     )
 
 
-def whole(rd: RunDir, meta: dict[str, Any]) -> bool:
+def whole(rundir: RunDir, meta: dict[str, Any]) -> bool:
     """Every output is there, and corpus/ is the text that data/ was made from (the two are
     renamed into place one after the other)."""
-    if not all(p.exists() for p in outputs(rd)):
+    if not all(p.exists() for p in outputs(rundir)):
         return False
-    return read_json_object(rd.source_json).get("sha256") == meta.get("corpus_sha256")
+    return read_json_object(rundir.source_json).get("sha256") == meta.get("corpus_sha256")
 
 
-def outputs(rd: RunDir) -> list[Path]:
-    return [rd.text_txt, rd.source_json, rd.train_bin, rd.val_bin, rd.tokenizer_json, rd.meta_json]
+def outputs(rundir: RunDir) -> list[Path]:
+    return [rundir.text_txt, rundir.source_json, rundir.train_bin, rundir.val_bin,
+            rundir.tokenizer_json, rundir.meta_json]
 
 
 def write(
-    rd: RunDir, scratch: Path, source: dict[str, Any], tok: Tokenizer, meta: DataMeta
+    rundir: RunDir, scratch: Path, source: dict[str, Any], tok: Tokenizer, meta: DataMeta
 ) -> None:
     """Move the text and token files from `scratch` into place, with their descriptions."""
     # Both directories are complete before either is renamed into place (data/ first, then
     # corpus/); an error anywhere removes both staging directories.
     with (
-        staged_dir(rd.corpus_dir, what="the corpus") as corpus,
-        staged_dir(rd.data_dir, what="the token data") as data,
+        staged_dir(rundir.corpus_dir, what="the corpus") as corpus,
+        staged_dir(rundir.data_dir, what="the token data") as data,
     ):
-        os.replace(scratch / rd.text_txt.name, corpus / rd.text_txt.name)
-        write_json(corpus / rd.source_json.name, source, what="the corpus's source record")
-        for f in (rd.train_bin, rd.val_bin):
+        os.replace(scratch / rundir.text_txt.name, corpus / rundir.text_txt.name)
+        write_json(corpus / rundir.source_json.name, source, what="the corpus's source record")
+        for f in (rundir.train_bin, rundir.val_bin):
             os.replace(scratch / f.name, data / f.name)
-        write_json(data / rd.tokenizer_json.name, tok.to_json(), what="the tokenizer")
-        meta.write(data / rd.meta_json.name)
+        write_json(data / rundir.tokenizer_json.name, tok.to_json(), what="the tokenizer")
+        meta.write(data / rundir.meta_json.name)
 
 
 def removal(doc: Document) -> str:

@@ -28,18 +28,19 @@ class TokenData:
     train_counts: np.ndarray  # (vocab_size,) int64: how often the training split holds each id
 
     @classmethod
-    def load(cls, run: RunDir) -> TokenData:
-        hint = f"run `python -m gpt load-corpus --root {run.root} --run {run.run}` first"
-        if not run.data_dir.is_dir():
-            raise InputError(f"{run.data_dir}: no training data; {hint}")
-        for path in (run.meta_json, run.train_bin, run.val_bin, run.tokenizer_json):
+    def load(cls, rundir: RunDir) -> TokenData:
+        hint = f"run `python -m gpt load-corpus --root {rundir.root} --run {rundir.run_id}` first"
+        if not rundir.data_dir.is_dir():
+            raise InputError(f"{rundir.data_dir}: no training data; {hint}")
+        for path in (rundir.meta_json, rundir.train_bin, rundir.val_bin, rundir.tokenizer_json):
             if not path.is_file():
                 raise InputError(f"{path}: missing; {hint}")
-        meta = DataMeta.read(run.meta_json)
-        tokenizer = load_tokenizer(run.tokenizer_json)  # a bad one fails now, not at the export
+        meta = DataMeta.read(rundir.meta_json)
+        tokenizer = load_tokenizer(rundir.tokenizer_json)  # a bad one fails now, not at the export
         itemsize = np.dtype(meta.dtype).itemsize
         arrays = []
-        for path, tokens in ((run.train_bin, meta.train_tokens), (run.val_bin, meta.val_tokens)):
+        splits = ((rundir.train_bin, meta.train_tokens), (rundir.val_bin, meta.val_tokens))
+        for path, tokens in splits:
             size = path.stat().st_size
             if size != tokens * itemsize:
                 raise InputError(
@@ -51,7 +52,8 @@ class TokenData:
         # One pass over each split (about a second per GB): an id past the vocabulary would
         # otherwise fail deep inside the embedding, or silently on a GPU.
         train_counts = count_ids(train, meta.vocab_size)
-        for path, highest in ((run.train_bin, len(train_counts) - 1), (run.val_bin, val.max())):
+        highest_ids = ((rundir.train_bin, len(train_counts) - 1), (rundir.val_bin, val.max()))
+        for path, highest in highest_ids:
             if highest >= meta.vocab_size:
                 raise InputError(
                     f"{path}: holds token id {highest}, but meta.json says vocab_size "

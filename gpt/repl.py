@@ -61,8 +61,8 @@ class LineTooLong(Exception):
     """A piped line longer than MAX_LINE_CHARS; it was read to its end and dropped."""
 
 
-def _top_k(text: str) -> int | None:
-    return None if text.lower() in ("off", "none") else int(text)
+def _top_k(text: str) -> int:
+    return 0 if text.lower() in ("off", "none") else int(text)
 
 
 # setting -> parser of its value; dataclasses.replace re-validates the SamplingConfig
@@ -235,7 +235,7 @@ def _read_piped(prompt: str) -> str:
     raise LineTooLong
 
 
-def interact(chat: Chat, idle_timeout: float | None) -> None:
+def interact(chat: Chat, idle_timeout: float) -> None:
     """Answer prompts from stdin until exit/quit, EOF or idle_timeout seconds of silence; Ctrl-C
     stops a reply or clears the line, and asks again."""
     terminal = sys.stdin.isatty() and chat.out.isatty()  # what makes input() use readline
@@ -247,7 +247,7 @@ def interact(chat: Chat, idle_timeout: float | None) -> None:
     reason = ""
     try:
         while True:
-            deadline = None if idle_timeout is None else time.monotonic() + idle_timeout
+            deadline = time.monotonic() + idle_timeout if idle_timeout else None  # 0: never
             try:
                 line = _read_line(chat.out, typed, deadline)
             except LineTooLong:

@@ -60,10 +60,10 @@ def plot_losses(records: list[dict[str, Any]], dest: Path) -> None:
         fig.savefig(tmp, format="png", dpi=100)
 
 
-def write(run: RunDir, summary: Summary) -> None:
+def write(rundir: RunDir, summary: Summary) -> None:
     """loss.png and report.md from the whole run's train.jsonl."""
-    records = read_jsonl(run.train_jsonl)
-    plot_losses(records, run.loss_png)
+    records = read_jsonl(rundir.train_jsonl)
+    plot_losses(records, rundir.loss_png)
     train_losses = [r["loss"] for r in records if "loss" in r]
     rows = [
         ("model", summary.model),
@@ -74,9 +74,9 @@ def write(run: RunDir, summary: Summary) -> None:
                             f"**{summary.val_bpb:.3f} bits per byte**"),
     ]
     text = (
-        f"# train-gpt: run `{run.run}`\n\n| | |\n| --- | --- |\n"
+        f"# train-gpt: run `{rundir.run_id}`\n\n| | |\n| --- | --- |\n"
         + "".join(f"| {k} | {v} |\n" for k, v in rows)
         + "\n![train and validation loss](loss.png)\n\n"
         + f"## Settings\n\n```\n{summary.command}\n```\n"
     )
-    atomic.write_text(run.report_md, text, what="the report")
+    atomic.write_text(rundir.report_md, text, what="the report")

@@ -26,13 +26,13 @@ from gpt.errors import InputError
 _RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
 
-def check_run_id(run: str) -> str:
-    if not _RUN_ID.match(run) or ".." in run:
+def check_run_id(run_id: str) -> str:
+    if not _RUN_ID.match(run_id) or ".." in run_id:
         raise InputError(
-            f"--run {run!r}: not a valid run id (letters, digits, '.', '_', '-'; "
+            f"--run {run_id!r}: not a valid run id (letters, digits, '.', '_', '-'; "
             "starts with a letter or digit; at most 128 characters)"
         )
-    return run
+    return run_id
 
 
 @dataclass(frozen=True)
@@ -58,23 +58,23 @@ class RunFile:
 
 @dataclass(frozen=True)
 class RunDir:
-    """Paths inside `<root>/<run>/`."""
+    """Paths inside `<root>/<run_id>/`."""
 
     root: Path
-    run: str
+    run_id: str
 
     @classmethod
-    def of(cls, root: str | Path, run: str) -> RunDir:
-        return cls(Path(root), check_run_id(run))
+    def of(cls, root: str | Path, run_id: str) -> RunDir:
+        return cls(Path(root), check_run_id(run_id))
 
     @property
     def path(self) -> Path:
-        return self.root / self.run
+        return self.root / self.run_id
 
     @property
     def lock(self) -> Path:
         """The run's lock (gpt/runlock.py): beside the run directory, not in it."""
-        return self.root / f".{self.run}.lock"
+        return self.root / f".{self.run_id}.lock"
 
     # corpus/: the text as it was cleaned, and where it came from
     corpus_dir = RunFile("corpus")

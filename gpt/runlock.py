@@ -32,10 +32,10 @@ class RunBusy(InputError):
     """Another process holds the run's lock."""
 
 
-def lock_path(run: RunDir) -> Path:
+def lock_path(rundir: RunDir) -> Path:
     # Beside the run directory, not in it: taking the lock writes nothing into a run that bad
     # input then refuses, and the file is removed again when the lock is released.
-    return run.lock
+    return rundir.lock
 
 
 def _try_lock(path: Path) -> int | None:
@@ -69,30 +69,32 @@ def _holder(path: Path) -> str:
 
 
 @contextlib.contextmanager
-def hold(run: RunDir, holder: str) -> Iterator[None]:
-    """Hold `run`'s lock for the block (or run under the lock of the process that started us);
+def hold(rundir: RunDir, holder: str) -> Iterator[None]:
+    """Hold `rundir`'s lock for the block (or run under the lock of the process that started us);
     raise RunBusy naming the run if another process holds it."""
     if os.environ.get("RANK", "0") != "0":  # a torchrun rank other than 0: it writes nothing
         yield
         return
-    path = lock_path(run)
+    path = lock_path(rundir)
     try:
-        run.root.mkdir(parents=True, exist_ok=True)
+        rundir.root.mkdir(parents=True, exist_ok=True)
     except OSError as e:
-        raise InputError(f"--root {str(run.root)!r}: cannot create it: {e.strerror or e}") from None
+        raise InputError(
+            f"--root {str(rundir.root)!r}: cannot create it: {e.strerror or e}"
+        ) from None
     fd = _try_lock(path)
     if fd is None:
         if os.environ.get(LOCK_ENV) == str(path.resolve()):
             yield  # our parent holds it for us
             return
-        raise RunBusy(f"--run {run.run!r} is busy: {_holder(path)} holds {path}; wait for it "
+        raise RunBusy(f"--run {rundir.run_id!r} is busy: {_holder(path)} holds {path}; wait for it "
                       "to finish, or stop it")
     try:
         os.ftruncate(fd, 0)
         with atomic.writing(path, "the run lock"):
             os.write(fd, f"{holder} (pid {os.getpid()} on {socket.gethostname()})\n".encode())
-        atomic.sweep(run.path)
-        atomic.sweep(run.root, run.run)  # scratch_dir's beside the run directory
+        atomic.sweep(rundir.path)
+        atomic.sweep(rundir.root, rundir.run_id)  # scratch_dir's beside the run directory
         yield
     finally:
         with contextlib.suppress(FileNotFoundError):
@@ -100,6 +102,6 @@ def hold(run: RunDir, holder: str) -> Iterator[None]:
         os.close(fd)
 
 
-def environment_for_children(run: RunDir) -> dict[str, str]:
+def environment_for_children(rundir: RunDir) -> dict[str, str]:
     """The variable that lets the stages a lock holder starts run under its lock."""
-    return {LOCK_ENV: str(lock_path(run).resolve())}
+    return {LOCK_ENV: str(lock_path(rundir).resolve())}

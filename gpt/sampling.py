@@ -40,7 +40,7 @@ def sample_next(
     if cfg.temperature == 0:
         return int(torch.argmax(logits))
     logits = logits.float() / cfg.temperature
-    if cfg.top_k is not None and cfg.top_k < logits.size(-1):
+    if 0 < cfg.top_k < logits.size(-1):  # 0: no limit
         kth = torch.topk(logits, cfg.top_k).values[-1]
         logits = logits.masked_fill(logits < kth, float("-inf"))
     if cfg.top_p < 1:

@@ -59,7 +59,8 @@ class Stage:
             return [*torchrun, "-m", "gpt", "--", self.name, *args]
         return [*python, "-m", "gpt", self.name, *args]
 
-    def run(self, cfg: RunConfig) -> None:
+    def main(self, cfg: RunConfig) -> None:
+        """Run the stage in this process: its module's `main(cfg)`."""
         importlib.import_module(self.module).main(cfg)
 
 

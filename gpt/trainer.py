@@ -7,7 +7,8 @@ code for one process or many.
 
 Under torchrun every rank builds the same model from the same seed, trains its share of each
 step's windows, and DDP averages the gradients; rank 0 alone writes files. What a restart needs
-beyond weights, optimizer and RNGs is one small object, `TrainState`.
+beyond weights, optimizer and RNGs is a checkpoint's `CheckpointState` (gpt/checkpoint.py); what
+the run's unset flags become, new or resumed, gpt/settings.py decides.
 """
 
 from __future__ import annotations
@@ -20,7 +21,6 @@ import random
 import shlex
 import shutil
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +30,8 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from gpt import checkpoint, distributed, faults, report
 from gpt.atomic import append_jsonl
-from gpt.config import DEFAULT_EMA_DECAY, TrainConfig
+from gpt.checkpoint import CheckpointState, TrainState
+from gpt.config import TrainConfig
 from gpt.data import Batches, TokenData, eval_batches, eval_offsets
 from gpt.distributed import World
 from gpt.divergence import Divergence
@@ -39,26 +40,13 @@ from gpt.errors import InputError
 from gpt.export import save_export
 from gpt.model import GPT
 from gpt.objectstore import Store
+from gpt.settings import resolve_settings
 from gpt.spelling import free_vectors, spelling_of
 from gpt.stages import TRAIN_GPT, to_args
 from gpt.stopping import Stopped, StopRequest
 
 # Dense bf16 peak FLOP/s, for MFU. A GPU not listed shows no MFU rather than a wrong one.
 PEAK_FLOPS = {"H100 PCIe": 756e12, "H100": 989e12, "H200": 989e12, "A100": 312e12, "L4": 121e12}
-
-
-@dataclass
-class TrainState:
-    """The progress a checkpoint restores, besides weights, optimizer and RNG states."""
-
-    step: int = 0
-    """Optimizer steps done. Also the data position: step s trains on the windows drawn from
-    (seed, s), and the learning rate is a function of s alone."""
-    elapsed_s: float = 0.0
-    """Training wall time summed over every attempt: what --time_budget counts. It decides only
-    when a budgeted run stops, never what a step computes, so runs stay reproducible."""
-    tokens: int = 0
-    """Tokens trained on, over all ranks."""
 
 
 class _WithGradOf(torch.autograd.Function):
@@ -141,61 +129,60 @@ def _duration(seconds: float) -> str:
 
 class Trainer:
     def __init__(self, cfg: TrainConfig, world: World, stop: StopRequest | None = None) -> None:
-        self.cfg, self.world, self.run = cfg, world, cfg.rundir
+        self.cfg, self.world, self.rundir = cfg, world, cfg.rundir
         self.stop = stop or StopRequest(TRAIN_GPT.prog)
         """Noted signals; `fit` answers one at the next step end (gpt/stopping.py)."""
         self.device = world.device
-        self.data = TokenData.load(self.run)
+        self.data = TokenData.load(self.rundir)
         self.data.check_block_size(cfg.block_size)
-        parts = world.size * cfg.grad_accum
-        if cfg.batch_size % parts:
-            raise InputError(
-                f"--batch_size {cfg.batch_size}: must split evenly over {world.size} process(es) "
-                f"x --grad_accum {cfg.grad_accum} micro-steps"
-            )
-        self.micro_batch = cfg.batch_size // parts
+        self.micro_batch = self._micro_batch_size()
         self.tokens_per_step = cfg.batch_size * cfg.block_size
         self.batches = Batches(self.data.train, cfg.block_size, cfg.batch_size, cfg.seed)
         self.eval_windows = eval_offsets(
             len(self.data.val), cfg.block_size, cfg.eval_iters * cfg.batch_size
         )
 
+        latest = checkpoint.find_latest(self.rundir) if cfg.resume != "never" else None
+        saved = checkpoint.read_state(latest) if latest is not None else None
+        settings = resolve_settings(cfg, self.data.meta.vocab_size, self.data.meta.train_tokens,
+                                    saved)
         seed_everything(cfg.seed)  # every rank builds the same initial weights
-        model_config = cfg.model_config(self.data.meta.vocab_size, self.data.meta.train_tokens)
-        decay = cfg.ema_decay_for(self.data.meta.train_tokens)
-        # What an unset --dropout or --ema_decay resolves to is decided at a run's start: a
-        # resumed run keeps it, even where a raised --max_iters now passes over the text more.
-        latest = checkpoint.find_latest(self.run) if cfg.resume != "never" else None
-        saved_state = checkpoint.read_state(latest) if latest is not None else None
-        if latest is not None:
-            saved = saved_state[0].get("model", {})
-            if cfg.dropout is None:
-                dropout = saved.get("dropout", model_config.dropout)
-                model_config = dataclasses.replace(model_config, dropout=dropout)
-            if cfg.spelling is None:
-                spelling = saved.get("spelling", model_config.spelling)
-                model_config = dataclasses.replace(model_config, spelling=spelling)
-            if cfg.ema_decay is None:  # the decay the run started with (older: the default)
-                decay = saved_state[0].get("ema_decay")
-                if decay is None:
-                    decay = DEFAULT_EMA_DECAY if checkpoint.has_average(latest) else 0.0
         free = free_vectors(self.data.train_counts)
-        spelling = spelling_of(self.data.tokenizer, model_config.spelling, free)
-        self.model = GPT(model_config, spelling).to(self.device)
+        spelling = spelling_of(self.data.tokenizer, settings.model.spelling, free)
+        self.model = GPT(settings.model, spelling).to(self.device)
         self.model.chunked_loss = cfg.chunked_loss
         self.optimizer = build_optimizer(self.model, cfg, self.device)
-        self.average = WeightAverage(self.model, decay) if decay else None
+        self.average = WeightAverage(self.model, settings.ema_decay) if settings.ema_decay else None
         """The weights that evaluation and the export use, when there is an average."""
         self.divergence = Divergence(self.device)
         self.state = TrainState()
         seed_everything(cfg.seed + world.rank)  # but draws its own dropout masks
-        self.resumed_from = self._restore_or_start(latest, saved_state)
+        self.resumed_from = self._restore_or_start(latest, saved)
 
         # What runs the training step: maybe compiled, then wrapped by DDP. self.model stays the
         # plain module for evaluation, checkpoints and export.
+        self.step_model = self._build_step_model()
+        self.bf16 = self._use_bf16(cfg.dtype)
         cuda = self.device.type == "cuda"
-        compiled = cfg.compile
-        if compiled is None:  # unset: on CUDA, if Triton can build its kernel launchers there
+        peaks = [v for k, v in PEAK_FLOPS.items() if cuda and k in torch.cuda.get_device_name()]
+        self.peak_flops = world.size * peaks[0] if peaks and self.bf16 else None
+
+    def _micro_batch_size(self) -> int:
+        """Sequences per rank per micro-step: --batch_size split over the ranks and micro-steps."""
+        cfg, size = self.cfg, self.world.size
+        if cfg.batch_size % (size * cfg.grad_accum):
+            raise InputError(
+                f"--batch_size {cfg.batch_size}: must split evenly over {size} process(es) "
+                f"x --grad_accum {cfg.grad_accum} micro-steps"
+            )
+        return cfg.batch_size // (size * cfg.grad_accum)
+
+    def _build_step_model(self) -> torch.nn.Module:
+        """The model the training step runs: compiled (--compile; unset: on CUDA, if Triton can
+        build its kernel launchers there), then wrapped by DDP under torchrun."""
+        cuda = self.device.type == "cuda"
+        compiled = self.cfg.compile
+        if compiled is None:
             compiled = cuda and c_compiler() is not None
             if cuda and not compiled:
                 self.log("train-gpt: not compiling, as Triton finds no C compiler ($CC, gcc or "
@@ -204,11 +191,7 @@ class Trainer:
         # Every buffer is a constant of the config and the tokenizer (rotary tables, the
         # spelling, the padding mask), equal on every rank from the start: DDP's default would
         # send rank 0's again before each forward, the spelling's 8 MB at GPT-2's vocabulary.
-        self.step_model = (DDP(step_model, broadcast_buffers=False) if world.distributed
-                           else step_model)
-        self.bf16 = self._use_bf16(cfg.dtype)
-        peaks = [v for k, v in PEAK_FLOPS.items() if cuda and k in torch.cuda.get_device_name()]
-        self.peak_flops = world.size * peaks[0] if peaks and self.bf16 else None
+        return DDP(step_model, broadcast_buffers=False) if self.world.distributed else step_model
 
     def _use_bf16(self, dtype: str) -> bool:
         """Whether --dtype means bfloat16 autocast here; --dtype float32 also turns TF32 off."""
@@ -232,45 +215,44 @@ class Trainer:
 
     # -- start or resume ---------------------------------------------------------------------
 
-    def _restore_or_start(
-        self, latest: Path | None, saved_state: tuple[dict[str, Any], dict[str, Any]] | None
-    ) -> str | None:
-        """Load `latest` (ckpt/LATEST, if --resume allows and there is one) with its read
-        `saved_state`; return its name."""
-        cfg, run = self.cfg, self.run
+    def _restore_or_start(self, latest: Path | None, saved: CheckpointState | None) -> str | None:
+        """Load `latest` (ckpt/LATEST, if --resume allows and there is one), whose state is
+        `saved`; return its name. Without one, clear what an earlier attempt left."""
+        cfg, rundir = self.cfg, self.rundir
         if latest is None:
             if cfg.resume == "require":
-                raise InputError(f"--resume require: no checkpoint to resume in {run.ckpt_dir}")
+                raise InputError(f"--resume require: no checkpoint to resume in {rundir.ckpt_dir}")
             if self.world.is_main:  # a fresh start must not mix with an earlier attempt's files
-                checkpoint.clear(run)
-                run.train_jsonl.unlink(missing_ok=True)
+                checkpoint.clear(rundir)
+                rundir.train_jsonl.unlink(missing_ok=True)
             return None
-        state, rngs = saved_state
-        self._check_compatible(latest, state)
+        self._check_compatible(latest, saved)
         average = self.average.model if self.average else None
         checkpoint.load_weights(latest, self.model, self.optimizer, self.device, average)
-        self.state = TrainState(**state["train"])
+        self.state = dataclasses.replace(saved.train)  # a copy: training advances it
+        rngs = checkpoint.read_rngs(latest)
         # A rank the saved run did not have keeps its fresh seed.
         if str(self.world.rank) in rngs:
             checkpoint.set_rng_state(rngs[str(self.world.rank)], self.device)
         if self.world.is_main:
-            checkpoint.prune(run, cfg.keep_last)  # staging dirs of a write that was cut off
-            report.keep_until(run.train_jsonl, self.state.step)
+            checkpoint.prune(rundir, cfg.keep_last)  # staging dirs of a write that was cut off
+            report.keep_until(rundir.train_jsonl, self.state.step)
         return latest.name
 
-    def _check_compatible(self, path, state: dict[str, Any]) -> None:
-        def diff(saved: dict, now: dict) -> list[str]:
-            return [f"{k} {saved.get(k)!r} -> {v!r}" for k, v in now.items() if saved.get(k) != v]
+    def _check_compatible(self, path: Path, saved: CheckpointState) -> None:
+        def diff(before: dict, now: dict) -> list[str]:
+            return [f"{k} {before.get(k)!r} -> {v!r}" for k, v in now.items() if before.get(k) != v]
 
         hint = "use a new --run, or --resume never to start over"
-        for what, saved, now in (
-            ("on different data", state["data"], self.data.meta.identity()),
-            ("with a different model", state["model"], dataclasses.asdict(self.model.config)),
+        for what, before, now in (
+            ("on different data", saved.data, self.data.meta.identity()),
+            ("with a different model", dataclasses.asdict(saved.model),
+             dataclasses.asdict(self.model.config)),
         ):
-            if changed := diff(saved, now):
+            if changed := diff(before, now):
                 raise InputError(f"{path}: trained {what} ({'; '.join(changed)}); {hint}")
-        settings = {k: v for k, v in vars(self.cfg).items() if k not in ("root", "run", "resume")}
-        if changed := diff(state["config"], settings):
+        flags = {k: v for k, v in vars(self.cfg).items() if k not in ("root", "run", "resume")}
+        if changed := diff(saved.config, flags):
             self.log(f"resuming with changed settings: {'; '.join(changed)}")
 
     # -- the loop -----------------------------------------------------------------------------
@@ -314,15 +296,15 @@ class Trainer:
                 self.divergence.check()  # before anything of this step is written
             record: dict[str, Any] = {}
             if log_due:
-                record |= self._progress(loss, lr)
+                record |= self._log_progress(loss, lr)
             if eval_due:
                 record |= (last_val := self.evaluate())
             if record and world.is_main:
-                append_jsonl(self.run.train_jsonl,
+                append_jsonl(self.rundir.train_jsonl,
                              {"step": st.step, "elapsed_s": st.elapsed_s, **record},
                              what=f"the metrics of step {st.step}")
             if checkpoint_due:
-                self._save()
+                self._save_checkpoint()
             if stop and not self.done():
                 raise Stopped(
                     f"stopped by {self._signal_name()} at step {st.step} of {cfg.max_iters}, "
@@ -331,7 +313,7 @@ class Trainer:
         if last_val is None:  # nothing left to train: a restart after the end re-exports
             last_val = self.evaluate()
         if world.is_main:
-            self._finish(last_val)
+            self._export_and_report(last_val)
 
     def _clock_due(self) -> bool:
         """Whether ckpt_interval_s passed since the last checkpoint by rank 0's clock (False on
@@ -377,7 +359,7 @@ class Trainer:
             self.average.update(self.model, st.step + 1)
         return total / accum
 
-    def _progress(self, loss: torch.Tensor, lr: float) -> dict[str, Any]:
+    def _log_progress(self, loss: torch.Tensor, lr: float) -> dict[str, Any]:
         cfg, st = self.cfg, self.state
         loss_value = self.world.sum([loss.item()])[0] / self.world.size
         now = time.perf_counter()
@@ -429,30 +411,30 @@ class Trainer:
         self._mark = (time.perf_counter(), self.state.step)  # tokens/s counts training only
         return {"val_loss": val, "val_bpb": bpb}
 
-    def _save(self) -> None:
+    def _save_checkpoint(self) -> None:
         rngs = self.world.gather_json(checkpoint.rng_state(self.device))
         if self.world.is_main:
-            state = {
-                "train": dataclasses.asdict(self.state),
-                "config": dataclasses.asdict(self.cfg),
-                "model": dataclasses.asdict(self.model.config),
-                "ema_decay": self.average.decay if self.average else 0.0,
-                "data": self.data.meta.identity(),
-                "world_size": self.world.size,
-            }
-            path = checkpoint.save(self.run, self.state.step, self.model, self.optimizer, state,
-                                   rngs, self.cfg.keep_last,
+            state = CheckpointState(
+                train=self.state,
+                model=self.model.config,
+                ema_decay=self.average.decay if self.average else 0.0,
+                data=self.data.meta.identity(),
+                config=dataclasses.asdict(self.cfg),
+                world_size=self.world.size,
+            )
+            path = checkpoint.save(self.rundir, self.state.step, self.model, self.optimizer,
+                                   state, rngs, self.cfg.keep_last,
                                    self.average.model if self.average else None)
             self.log(f"saved checkpoint {path.name}")
         self._saved_at = time.perf_counter()
         self._mark = (self._saved_at, self.state.step)
 
-    def _finish(self, val: dict[str, float]) -> None:
-        cfg, st, run = self.cfg, self.state, self.run
-        save_export(self.eval_model, self.data.tokenizer, run.model_dir)
+    def _export_and_report(self, val: dict[str, float]) -> None:
+        cfg, st, rundir = self.cfg, self.state, self.rundir
+        save_export(self.eval_model, self.data.tokenizer, rundir.model_dir)
         stopped_by = "max_iters" if st.step >= cfg.max_iters else "time_budget"
         settings = {k: v for k, v in vars(cfg).items() if k not in ("root", "run")}
-        report.write(run, report.Summary(
+        report.write(rundir, report.Summary(
             model=self.model.describe(),
             data=self.data.meta.describe(),
             training=(
@@ -468,10 +450,11 @@ class Trainer:
         self.log(
             f"done: {st.step} steps, {st.tokens:,} tokens in {_duration(st.elapsed_s)} "
             f"(stopped by {stopped_by}); val {val['val_loss']:.4f} nats/token, "
-            f"{val['val_bpb']:.3f} bits/byte; model in {run.model_dir}, report in {run.report_md}"
+            f"{val['val_bpb']:.3f} bits/byte; model in {rundir.model_dir}, "
+            f"report in {rundir.report_md}"
         )
         if cfg.export_uri:  # the local export is whole by now: copy it as it is
-            Store(cfg.export_uri, "--export_uri").upload_dir(run.model_dir, self.log)
+            Store(cfg.export_uri, "--export_uri").upload_dir(rundir.model_dir, self.log)
 
 
 def main(cfg: TrainConfig) -> None:

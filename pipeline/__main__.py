@@ -57,8 +57,10 @@ def _value(text: str) -> Any:
     return yaml.safe_load(text)
 
 
-def run_local(package: Path, root: Path, run: str, overrides: dict[str, Any]) -> dict[str, Any]:
-    """Run the compiled pipeline with kfp.local's SubprocessRunner, under root/run.
+def run_pipeline_locally(
+    package: Path, root: Path, run_id: str, overrides: dict[str, Any]
+) -> dict[str, Any]:
+    """Run the compiled pipeline with kfp.local's SubprocessRunner, under root/run_id.
 
     The run's lock (gpt/runlock.py) is held for the whole pipeline, so a second pipeline on the
     same run fails at once instead of interleaving its stages with ours; the stages, our child
@@ -74,10 +76,10 @@ def run_local(package: Path, root: Path, run: str, overrides: dict[str, Any]) ->
     from gpt.rundir import RunDir
 
     root = root.resolve()
-    rundir = RunDir.of(root, run)
-    outputs = root / "kfp-outputs" / run
+    rundir = RunDir.of(root, run_id)
+    outputs = root / "kfp-outputs" / run_id
     with runlock.hold(rundir, "python -m pipeline run-local"):
-        atomic.sweep(outputs.parent, run)  # what a killed pipeline of this run staged
+        atomic.sweep(outputs.parent, run_id)  # what a killed pipeline of this run staged
         os.environ.update(runlock.environment_for_children(rundir))
         try:
             with atomic.staged_dir(outputs, what="the steps' outputs") as staged:
@@ -90,7 +92,7 @@ def run_local(package: Path, root: Path, run: str, overrides: dict[str, Any]) ->
                     raise_on_error=True,
                 )
                 pipeline = components.load_component_from_file(str(package))
-                arguments = {"backend": "local", "root": str(root), "run": run, **overrides}
+                arguments = {"backend": "local", "root": str(root), "run": run_id, **overrides}
                 result = pipeline(**arguments)
         finally:
             del os.environ[runlock.LOCK_ENV]
@@ -129,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
                 parser.error(f"--set {item!r}: expected KEY=VALUE")
             overrides[key] = _value(value)
         try:
-            run_local(args.package, args.root, args.run, overrides)
+            run_pipeline_locally(args.package, args.root, args.run, overrides)
         except Exception as e:  # noqa: BLE001  (one line; the steps' own logs came before)
             print(f"python -m pipeline run-local: error: {e}", file=sys.stderr)
             return 1

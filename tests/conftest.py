@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from itertools import zip_longest
 from pathlib import Path
 
 import pytest
@@ -28,7 +29,10 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
                                  item.get_closest_marker("slow") is None))
     minutes = [item for item in items if item.get_closest_marker("minutes")]
     rest = items[len(minutes):]
-    paired = [i for pair in zip(minutes, rest, strict=False) for i in pair]
+    # (zip_longest: with fewer other tests than minutes ones, as when one is run alone, zip
+    # would drop the unpaired ones, and pytest ran nothing)
+    paired = [i for pair in zip_longest(minutes, rest[:len(minutes)]) for i in pair
+              if i is not None]
     items[:] = paired + rest[len(minutes):]
 
 

@@ -67,3 +67,11 @@ def test_gpt_help_lists_stages_and_unknown_stage_exits_2() -> None:
     assert bad.returncode == 2 and "unknown stage 'nonsense'" in bad.stderr
     # torchrun -m gpt -- train-gpt ...: a leading "--" some Pythons' argparse passes on is skipped
     assert run_gpt("--", "--help").returncode == 0
+
+
+def test_idle_timeout_zero_waits_forever_and_a_negative_one_is_refused() -> None:
+    from gpt.config import PromptConfig
+
+    assert PromptConfig(idle_timeout=0).idle_timeout == 0  # 0: no limit, as top_k's 0
+    with pytest.raises(ValueError, match=r"--idle_timeout -1: must be >= 0 seconds"):
+        PromptConfig(idle_timeout=-1)

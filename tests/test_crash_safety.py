@@ -6,6 +6,11 @@ the same data and bit-identical weights as an uninterrupted run, and leave no te
 half-written file under the root. The kill moments are spread over the whole pipeline, so every
 stage is hit several times, at whatever it happens to be doing (tokenizing, writing a
 checkpoint, exporting, answering a prompt).
+
+A moment is a point of the uninterrupted run's step, taken from the last line that step printed
+before it: a trial waits for that line, then for the rest of the moment. Timed from the step's
+start instead, a kill landed in a later step, or after the end, whenever a trial ran faster than
+the reference; each such trial cost another whole pipeline, and a few CI runs several minutes.
 """
 
 from __future__ import annotations
@@ -37,11 +42,10 @@ SETTINGS = {
 }  # fmt: skip
 KILLS = 6  # kills that land before the pipeline ends on its own (each costs a rerun)
 PER_STAGE = 2  # of which at least this many in each stage (each CI run draws new moments)
-# A kill timed by the reference run's durations lands in a later stage, or after the end, when a
-# trial's stage runs faster than the reference's did (the reference, run first on a fresh clone,
-# also compiles the bytecode); such a trial still checks its run, and another one follows, up to
-# this many in all.
-MAX_TRIALS = 40
+# A kill still lands in the next stage, or after the end, when the trial's step spends less time
+# after its last line than the reference's did; such a trial still checks its run, and another
+# one follows, up to this many in all.
+MAX_TRIALS = 16
 
 
 def command(root: Path) -> list[str]:
@@ -65,19 +69,25 @@ class Pipeline:
         self.lines: list[str] = []
         self.began: dict[str, float] = {}
         self.ended: dict[str, float] = {}
+        # when each line a step printed came, from the step's start
+        self.printed: dict[str, list[float]] = {stage: [] for stage in STAGES}
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
 
     def _read(self) -> None:
         assert self.proc.stdout is not None
         for line in self.proc.stdout:
+            now = time.monotonic()
             self.lines.append(line)
             # kfp.local logs "Executing task 'x'" and "Task 'x' finished with status ..."
             events = (self.began if "Executing task" in line
                       else self.ended if "finished with status" in line else None)
             for stage in STAGES:
                 if events is not None and f"'{stage}'" in line:
-                    events.setdefault(stage, time.monotonic())
+                    events.setdefault(stage, now)
+            stage = self.running()
+            if events is None and stage is not None and stage not in self.ended:
+                self.printed[stage].append(now - self.began[stage])
 
     def running(self) -> str | None:
         """The step under way now (the last one begun), or None before the first."""
@@ -86,6 +96,18 @@ class Pipeline:
 
     def kill(self) -> None:
         os.killpg(self.proc.pid, signal.SIGKILL)
+
+    def kill_at(self, stage: str, line: int, delay: float) -> bool:
+        """Kill `delay` seconds after `stage` printed its `line`th line (0: its start), or at
+        its end if it prints fewer; False if the pipeline ended first."""
+        while self.proc.poll() is None and stage not in self.ended and (
+                stage not in self.began or len(self.printed[stage]) < line):
+            time.sleep(0.005)
+        time.sleep(delay)
+        if self.proc.poll() is not None:
+            return False
+        self.kill()
+        return True
 
     def wait(self) -> int:
         code = self.proc.wait(timeout=600)
@@ -153,13 +175,21 @@ def assert_nothing_half_written(root: Path) -> None:
 
 
 @pytest.fixture(scope="module")
-def reference(tmp_path_factory) -> tuple[Path, dict[str, float]]:
-    """An uninterrupted run, and how long each of its steps took."""
+def reference(tmp_path_factory) -> tuple[Path, Pipeline]:
+    """An uninterrupted run, and when each of its steps began, printed its lines and ended."""
     root = tmp_path_factory.mktemp("reference")
     pipeline = Pipeline(root)
     assert pipeline.wait() == 0, pipeline.output()[-3000:]
     assert set(pipeline.began) == set(pipeline.ended) == set(STAGES), pipeline.output()[-3000:]
-    return root / RUN, {s: pipeline.ended[s] - pipeline.began[s] for s in STAGES}
+    return root / RUN, pipeline
+
+
+def moment_in(reference: Pipeline, stage: str, at: float) -> tuple[int, float]:
+    """The point `at` (0 to 1) of the reference's `stage`, as the number of lines the stage had
+    printed by then and the seconds after the last of them."""
+    second = at * (reference.ended[stage] - reference.began[stage])
+    printed = [t for t in reference.printed[stage] if t <= second]
+    return len(printed), second - (printed[-1] if printed else 0.0)
 
 
 @pytest.mark.slow
@@ -168,39 +198,33 @@ def reference(tmp_path_factory) -> tuple[Path, dict[str, float]]:
 def test_sigkill_at_random_moments_then_the_same_command_completes_identically(
     reference, tmp_path: Path
 ) -> None:
-    ref_run, durations = reference
+    ref_run, ref = reference
     seed = random.randrange(2**32)
     rng = random.Random(seed)
-    # How long each step is taken to last: the reference's durations, shortened whenever a kill
-    # aimed at a moment inside a step finds that step already over.
-    span = dict(durations)
     hit = dict.fromkeys(STAGES, 0)
     trial = -1
     while sum(hit.values()) < KILLS or min(hit.values()) < PER_STAGE:
         trial += 1
         assert trial < MAX_TRIALS, f"only {hit} kills landed in {trial} trials (seed {seed})"
         root = tmp_path / f"trial-{trial}"
-        # The step hit least so far, at a random moment of its length.
+        # The step hit least so far, at a random point of its first half, then of its second:
+        # each step's kills spread over all of it.
         target = min(STAGES, key=hit.__getitem__)
+        at = (hit[target] % 2 + rng.random()) / 2
+        line, delay = moment_in(ref, target, at)
         pipeline = Pipeline(root)
-        while target not in pipeline.began and pipeline.proc.poll() is None:
-            time.sleep(0.01)
-        moment = rng.uniform(0, span[target])
-        time.sleep(moment)
-        if pipeline.proc.poll() is None:
-            pipeline.kill()
+        if pipeline.kill_at(target, line, delay):
             stage = pipeline.running()
             assert stage is not None  # the target had begun
             hit[stage] += 1
         pipeline.wait()
-        if target in pipeline.ended:  # the kill came late, or not at all
-            span[target] = min(span[target], moment)
         # The kernel kills a stage the moment its parent dies; an orphan would live on for
         # seconds (the rest of its stage), so a short grace tells the two apart.
         deadline = time.monotonic() + 2
         while (orphans := processes_under(root)) and time.monotonic() < deadline:
             time.sleep(0.1)
-        context = f"trial {trial}, killed {moment:.2f} s into {target} (seed {seed})"
+        context = (f"trial {trial}, killed {delay:.2f} s after line {line} of {target} "
+                   f"({at:.0%} into it; seed {seed})")
         assert not orphans, f"{context}: processes outlived the kill"
         complete(root)
         try:

@@ -16,6 +16,7 @@ from gpt.ema import WeightAverage
 from gpt.export import load_export
 from gpt.model import GPT
 from gpt.rundir import RunDir
+from gpt.settings import resolve_settings
 
 
 def _model() -> GPT:
@@ -51,15 +52,20 @@ def test_the_average_keeps_the_tied_embedding_tied_and_trains_nothing() -> None:
     assert not average.model.training
 
 
+def _decay(cfg: TrainConfig, train_tokens: int) -> float:
+    """The decay a new run with flags `cfg` on `train_tokens` training tokens averages with."""
+    return resolve_settings(cfg, 64, train_tokens).ema_decay
+
+
 def test_unset_the_average_is_on_for_a_long_run_that_passes_over_its_data_often() -> None:
     cfg = TrainConfig()  # 600 steps of 12 x 64 tokens: 460,800 tokens
-    assert cfg.ema_decay_for(25_648) == DEFAULT_EMA_DECAY  # the default corpus: 18 times over
-    assert cfg.ema_decay_for(460_800 // 4) == DEFAULT_EMA_DECAY
-    assert cfg.ema_decay_for(460_800 // 4 + 1) == 0  # the plays: a third of one pass
-    assert cfg.ema_decay_for(1_418_109) == 0
-    assert TrainConfig(max_iters=599).ema_decay_for(100) == 0  # too short: it would lag
-    assert TrainConfig(ema_decay=0.9).ema_decay_for(10**9) == 0.9
-    assert TrainConfig(ema_decay=0).ema_decay_for(100) == 0
+    assert _decay(cfg, 25_648) == DEFAULT_EMA_DECAY  # the default corpus: 18 times over
+    assert _decay(cfg, 460_800 // 4) == DEFAULT_EMA_DECAY
+    assert _decay(cfg, 460_800 // 4 + 1) == 0  # the plays: a third of one pass
+    assert _decay(cfg, 1_418_109) == 0
+    assert _decay(TrainConfig(max_iters=599), 100) == 0  # too short: it would lag
+    assert _decay(TrainConfig(ema_decay=0.9), 10**9) == 0.9
+    assert _decay(TrainConfig(ema_decay=0), 100) == 0
     with pytest.raises(ValueError, match=r"^--ema_decay 1"):
         TrainConfig(ema_decay=1.0)
 

@@ -1,11 +1,9 @@
-"""The pipeline: it compiles, the committed YAML is fresh, parameters keep the CLI's names and
-defaults, bad input stops a step before anything starts, and the compiled pipeline runs end to end
+"""The pipeline: it compiles, the committed YAML is fresh (its parameters: tests/test_knobs.py),
+bad input stops a step before anything starts, and the compiled pipeline runs end to end
 on this machine with kfp.local (every stage a local process, the prompt one-shot)."""
 
 from __future__ import annotations
 
-import dataclasses
-import inspect
 import json
 import os
 import re
@@ -23,17 +21,9 @@ from components.load_corpus import load_corpus
 from components.step.image_names import workload_image
 from components.train_gpt import train_gpt
 from pipeline.__main__ import COMPILED
-from pipeline.pipeline import gpt_trainjobs_pipeline
 
 PROJECT = Path(__file__).resolve().parent.parent
 STEPS = ["load-corpus", "train-gpt", "generative-prompt"]
-# Where the pipeline deliberately departs from a CLI default, and why.
-OWN_DEFAULTS = {
-    "block_size",  # one value for corpus and training (their CLIs default to 256 and 64)
-    "root", "run",  # /gpt on the cluster; the KFP run id
-    "top_k", "idle_timeout",  # KFP has no None: 0 means unset; a pod should not idle forever
-    "warmup_iters", "dropout",  # likewise: -1 means unset (kfp.local cannot pass None on)
-}  # fmt: skip
 
 
 def compile_fresh(tmp_path: Path) -> Path:
@@ -90,34 +80,6 @@ def test_compiles_to_three_chained_uncached_steps(tmp_path):
 def test_committed_yaml_is_what_make_compile_writes(tmp_path):
     fresh = compile_fresh(tmp_path).read_text()
     assert COMPILED.read_text() == fresh, f"{COMPILED.name} is stale: run `make compile`"
-
-
-def cli_defaults() -> dict[str, object]:
-    from gpt.config import CorpusConfig, PromptConfig, TrainConfig
-
-    found: dict[str, object] = {}
-    for cls in (CorpusConfig, TrainConfig, PromptConfig):
-        for f in dataclasses.fields(cls):
-            if f.default is not dataclasses.MISSING:
-                found.setdefault(f.name, f.default)
-            elif f.default_factory is not dataclasses.MISSING:
-                found.setdefault(f.name, f.default_factory())
-    return found
-
-
-@pytest.mark.parametrize(
-    "func",
-    [gpt_trainjobs_pipeline.pipeline_func, load_corpus.python_func, train_gpt.python_func,
-     generative_prompt.python_func],
-    ids=["pipeline", "load-corpus", "train-gpt", "generative-prompt"],
-)  # fmt: skip
-def test_parameters_share_the_cli_names_and_defaults(func):
-    cli = cli_defaults()
-    params = inspect.signature(func).parameters
-    shared = {n for n in params if n in cli} - OWN_DEFAULTS
-    assert len(shared) >= 4
-    for name in shared:
-        assert params[name].default == cli[name], f"{name}: {params[name].default} != CLI's"
 
 
 @pytest.mark.parametrize(

@@ -206,7 +206,8 @@ def test_pipe_one_prompt_per_line(rundir: RunDir) -> None:
     assert out.stdout.rstrip().endswith(GOODBYE)
     assert "/max_new_tokens N" in out.stdout and "unknown command /nonsense" in out.stdout
     lines = transcript(rundir)
-    assert [(t["prompt"], t["top_k"]) for t in lines] == [("To be", None), ("or not", 3)]
+    # top_k 0: no limit (the default), then /top_k 3
+    assert [(t["prompt"], t["top_k"]) for t in lines] == [("To be", 0), ("or not", 3)]
 
 
 def test_pipe_a_line_too_long_is_skipped_and_the_session_goes_on(rundir: RunDir) -> None:

@@ -210,8 +210,8 @@ def test_each_component_creates_an_accepted_trainjob_and_reports_back(
         html = Path(outputs["report"].path).read_text()
         assert "data:image/png;base64," in html
     else:
-        # Interactive: no --prompt, no --top_k (0 = no limit), and the way in is printed.
-        assert "--prompt" not in args and "--top_k" not in args
+        # Interactive: no --prompt, top_k 0 (no limit), and the way in is printed.
+        assert "--prompt" not in args and "--top_k 0" in shlex.join(args)
         assert "--idle_timeout 300" in shlex.join(args)
         assert f"kubectl -n {ns} attach -it" in log
         assert f"{podlogs.JOBSET_LABEL}={job['metadata']['name']}" in log

@@ -159,7 +159,8 @@ def test_top_p_sampling_stays_in_the_nucleus() -> None:
     [
         (dict(temperature=-0.1), "--temperature"),
         (dict(temperature=float("nan")), "--temperature"),
-        (dict(top_k=0), "--top_k"),
+        (dict(top_k=-1), "--top_k"),
+        (dict(top_k=1.5), "--top_k"),
         (dict(top_p=0.0), "--top_p"),
         (dict(top_p=1.01), "--top_p"),
         (dict(max_new_tokens=0), "--max_new_tokens"),

@@ -74,7 +74,7 @@ def cli_reply(run: RunDir, prompt: str, n: int) -> str:
     """Our CLI's greedy reply, as its transcript records it."""
     out = subprocess.run(
         [sys.executable, "-m", "gpt", "generative-prompt", "--root", str(run.root), "--run",
-         run.run, "--temperature", "0", "--max_new_tokens", str(n), "--prompt", prompt],
+         run.run_id, "--temperature", "0", "--max_new_tokens", str(n), "--prompt", prompt],
         capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert out.returncode == 0, out.stderr

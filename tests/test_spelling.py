@@ -3,7 +3,6 @@ its spelling's mean, exported as the plain table it is, and kept by a resumed ru
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from pathlib import Path
 
@@ -18,6 +17,7 @@ from gpt.config import DEFAULT_SPELLING, GPTConfig, TrainConfig
 from gpt.export import load_export, save_export
 from gpt.model import GPT
 from gpt.rundir import RunDir
+from gpt.settings import resolve_settings
 from gpt.spelling import FREE_MIN_COUNT, free_vectors, spell
 from gpt.tokenizer import CharTokenizer, load_tokenizer
 
@@ -141,6 +141,6 @@ def test_the_flag_is_checked() -> None:
     for bad in (-1, 5, True, 1.5):
         with pytest.raises(ValueError, match="--spelling"):
             TrainConfig(spelling=bad)
-    assert TrainConfig().model_config(10).spelling == DEFAULT_SPELLING
+    assert resolve_settings(TrainConfig(), 10, 100).model.spelling == DEFAULT_SPELLING
     assert GPTConfig().spelling == 0  # a model built outside training: a plain table
-    assert dataclasses.replace(TrainConfig(), spelling=0).model_config(10).spelling == 0
+    assert resolve_settings(TrainConfig(spelling=0), 10, 100).model.spelling == 0

@@ -32,6 +32,7 @@ from gpt.divergence import NonFiniteLoss
 from gpt.export import load_export
 from gpt.model import GPT, GPTConfig
 from gpt.rundir import DataMeta, RunDir
+from gpt.settings import resolve_settings
 from gpt.spelling import spell, spelling_of
 from gpt.tokenizer import load_tokenizer
 from gpt.trainer import Trainer, lr_at
@@ -338,10 +339,13 @@ def test_warmup_defaults_to_fit_a_short_run_and_an_explicit_one_is_checked() -> 
 def test_unset_dropout_is_on_only_where_the_run_sees_its_text_again(root: Path, capsys) -> None:
     # The default corpus (25,648 training tokens) is seen 18 times by the default run; the plays
     # (1,374,927) a third of once.
-    assert TrainConfig().dropout_for(25_648) == DROPOUT_REPEATED == 0.2
-    assert TrainConfig().dropout_for(1_374_927) == 0.0
-    assert TrainConfig().dropout_for(600 * 12 * 64) == 0.0  # exactly one pass: nothing repeats
-    assert TrainConfig(dropout=0.1).dropout_for(10**9) == 0.1  # a value given is a value kept
+    def dropout(cfg: TrainConfig, train_tokens: int) -> float:  # of a new run
+        return resolve_settings(cfg, 64, train_tokens).model.dropout
+
+    assert dropout(TrainConfig(), 25_648) == DROPOUT_REPEATED == 0.2
+    assert dropout(TrainConfig(), 1_374_927) == 0.0
+    assert dropout(TrainConfig(), 600 * 12 * 64) == 0.0  # exactly one pass: nothing repeats
+    assert dropout(TrainConfig(dropout=0.1), 10**9) == 0.1  # a value given is a value kept
     rundir = write_data(root, "r")
     train_tokens = DataMeta.read(rundir.meta_json).train_tokens
     once = train_tokens // (TINY["batch_size"] * TINY["block_size"])  # tokens a step

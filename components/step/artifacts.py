@@ -101,7 +101,7 @@ def markdown_html(text: str, files: dict[str, bytes], base: str) -> str:
     return md.renderer.render(tokens, md.options, {})
 
 
-def train_report_html(run: str, files: dict[str, bytes]) -> str:
+def train_report_html(run_id: str, files: dict[str, bytes]) -> str:
     """One self-contained page: the stage's report.md rendered, its loss curve inlined, then the
     final metrics as KFP records them."""
     rows = "".join(
@@ -111,7 +111,7 @@ def train_report_html(run: str, files: dict[str, bytes]) -> str:
     if REPORT_MD in files:
         report = markdown_html(files[REPORT_MD].decode(), files, posixpath.dirname(REPORT_MD))
     else:
-        report = (f"<h1>train-gpt: run {html.escape(run)}</h1>"
+        report = (f"<h1>train-gpt: run {html.escape(run_id)}</h1>"
                   f"<p>(no {REPORT_MD}: the train stage did not carry it back)</p>")  # fmt: skip
     return (
         "<!doctype html><html><head><meta charset='utf-8'><title>train-gpt</title>"
@@ -128,10 +128,10 @@ def _fence(text: str) -> str:
     return "`" * max(3, longest + 1)
 
 
-def transcript_markdown(run: str, files: dict[str, bytes]) -> str:
+def transcript_markdown(run_id: str, files: dict[str, bytes]) -> str:
     """The conversation as Markdown: each prompt quoted, each reply verbatim in a code block."""
     turns = _jsonl(files.get(TRANSCRIPT_JSONL))
-    parts = [f"# generative-prompt: run `{run}`\n"]
+    parts = [f"# generative-prompt: run `{run_id}`\n"]
     if not turns:
         parts.append("\n_No prompts were answered._\n")
     for i, turn in enumerate(turns, 1):

@@ -1,9 +1,10 @@
 """One way to run a stage, whatever the backend: validation, then dispatch.
 
-A component hands `run_stage` its stage's name (gpt/stages.py's table), the stage's CLI values
-under their CLI names (one name per knob: the component parameter `n_layer` is the flag
-`--n_layer`) and a `Placement`, and gets back the run-directory files it turns into KFP
-artifacts. With backend "trainjob" the stage runs in a Kubeflow Trainer TrainJob
+A component hands `run_step` its stage's name (gpt/stages.py's table) and its parameters, every
+one a knob (components/step/knobs.py): a flag of the stage under its CLI name (the component
+parameter `n_layer` is the flag `--n_layer`), a field of `Placement` or of `StepKnobs` below.
+`run_stage` takes them sorted, and gives back the run-directory files the component turns into
+KFP artifacts. With backend "trainjob" the stage runs in a Kubeflow Trainer TrainJob
 (components/trainjob/launcher.py), with "local" as a process on this machine
 (components/step/local_process.py).
 """
@@ -11,9 +12,11 @@ artifacts. With backend "trainjob" the stage runs in a Kubeflow Trainer TrainJob
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import io
 import re
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from components.step import context as step_context
@@ -29,6 +32,78 @@ _LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"  # an RFC 1123 label (a namespace's na
 _RFC1123 = re.compile(rf"^{_LABEL}$")
 # A Secret's name: a DNS subdomain (dot-separated RFC 1123 labels, 253 characters at most).
 _SUBDOMAIN = re.compile(rf"^{_LABEL}(\.{_LABEL})*$")
+# A KFP parameter cannot be None (kfp.local refuses it, and so do pipeline inputs): a component
+# parameter whose flag is unset by default (None in gpt/config.py) has this default instead, and
+# run_step leaves the flag out. The one "unset" of every component and of the pipeline.
+UNSET = -1
+
+
+@dataclass(frozen=True)
+class StepKnobs:
+    """What a step needs besides its stage's flags and its `Placement`: where the stage runs."""
+
+    backend: str = "trainjob"
+    """trainjob (a Kubeflow Trainer TrainJob) or local (a process on this machine, stdin closed)."""
+    workload_image: str = ""
+    """Image the TrainJob runs: the gpt package and PyTorch (the pipeline sets it from
+    images.env when it compiles; a run may override it, e.g. with a CUDA build)."""
+    namespace: str = ""
+    """Namespace of the TrainJob and of PVC gpt-pvc; empty: the step's own (its pod's: kubeflow
+    on standalone KFP, the profile namespace on multi-user Kubeflow)."""
+    storage_secret: str = ""
+    """Secret in that namespace whose AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY (and
+    AWS_ENDPOINT_URL, AWS_REGION, ... where present) the TrainJob takes by reference as its
+    variables, for s3:// URIs; empty: none (no object storage, or IRSA / Workload Identity)."""
+    kfp_run_id: str = ""
+    """The pipeline passes its run id here (dsl.PIPELINE_JOB_ID_PLACEHOLDER), the run id when
+    `run` is empty; a KFP backend before 2.5 passes it unresolved, and then the step pod's
+    `pipeline/runid` label stands in (components/step/context.py)."""
+
+
+@dataclass(frozen=True)
+class StepResult:
+    run_id: str
+    """The run this step worked on: the next step's `run`."""
+    files: dict[str, bytes]
+    """The stage's output files that exist, by their path inside the run directory."""
+
+
+def sort_knobs(stage: Stage, knobs: Mapping[str, Any]) -> tuple[dict[str, Any], Placement,
+                                                                  StepKnobs]:
+    """A component's parameters -> (the stage's flags, its Placement, its StepKnobs).
+
+    A flag left at UNSET whose config default is None is left out (the CLI's unset). A parameter
+    that is no knob is refused: a component's signature cannot drift from the knobs unseen."""
+    config = {f.name: f for f in dataclasses.fields(stage.config)}
+    placement = {f.name for f in dataclasses.fields(Placement)}
+    step = {f.name for f in dataclasses.fields(StepKnobs)}
+    for name in knobs:
+        if name not in config.keys() | placement | step:
+            raise ValueError(f"{name}: not a flag of {stage.name} nor a knob of its step")
+    flags: dict[str, Any] = {}  # in the config's order: --root and --run first
+    for name, f in config.items():
+        if name in knobs:
+            unset = f.default is None and knobs[name] == UNSET
+            flags[name] = None if unset else knobs[name]
+    return (flags, Placement(**{k: v for k, v in knobs.items() if k in placement}),
+            StepKnobs(**{k: v for k, v in knobs.items() if k in step}))
+
+
+def run_step(
+    name: str,
+    knobs: Mapping[str, Any],
+    *,
+    on_update: Callable[[dict[str, Any]], None] | None = None,
+) -> StepResult:
+    """What a component does: run stage `name` with the component's parameters `knobs`, on the
+    run `run` (empty: this KFP run's id)."""
+    stage = STAGES[name]
+    flags, placement, step = sort_knobs(stage, knobs)
+    flags["run"] = flags.get("run") or step_context.run_id(step.kfp_run_id)
+    files = run_stage(name, flags, placement, backend=step.backend, image=step.workload_image,
+                      namespace=step.namespace, storage_secret=step.storage_secret,
+                      on_update=on_update)  # fmt: skip
+    return StepResult(flags["run"], files)
 
 
 def validate(
@@ -119,9 +194,9 @@ def run_stage(
     rundir = RunDir.of(values["root"], values["run"])
     rels = [out.rel for out in stage.outputs]
     if backend == "local":
-        from components.step.local_process import run_local
+        from components.step.local_process import run_as_process
 
-        run_local(stage, args, placement, say=say)
+        run_as_process(stage, args, placement, say=say)
         found = [rundir.path / rel for rel in rels]
         return {str(p.relative_to(rundir.path)): p.read_bytes() for p in found if p.is_file()}
 

@@ -43,7 +43,7 @@ def environment(num_proc_per_node: int) -> dict[str, str]:
     return env
 
 
-def run_local(
+def run_as_process(
     stage: Stage,
     args: list[str],
     placement: Placement,

@@ -122,7 +122,7 @@ class TrainJobSpec:
     """Nodes, processes per node, GPUs, and the deadline `launch` keeps."""
 
 
-def build_trainjob(spec: TrainJobSpec, name: str, namespace: str, run: str) -> dict[str, Any]:
+def build_trainjob(spec: TrainJobSpec, name: str, namespace: str, run_id: str) -> dict[str, Any]:
     """The TrainJob object, ready for `create_namespaced_custom_object`."""
     trainer: dict[str, Any] = {
         "image": spec.image,
@@ -141,7 +141,7 @@ def build_trainjob(spec: TrainJobSpec, name: str, namespace: str, run: str) -> d
         "metadata": {
             "name": name,
             "namespace": namespace,
-            "labels": {**PART_OF, STAGE_LABEL: spec.stage, RUN_LABEL: label_value(run)},
+            "labels": {**PART_OF, STAGE_LABEL: spec.stage, RUN_LABEL: label_value(run_id)},
         },
         "spec": {
             "runtimeRef": {"name": spec.runtime},
@@ -208,7 +208,7 @@ class Outcome:
 def launch(
     spec: TrainJobSpec,
     namespace: str,
-    run: str,
+    run_id: str,
     *,
     api: Any = None,
     pods: PodLogs | None = None,
@@ -237,7 +237,7 @@ def launch(
         load_kube_config()
         api = client.CustomObjectsApi()
     name = trainjob_name(spec.stage)
-    body = build_trainjob(spec, name, namespace, run)
+    body = build_trainjob(spec, name, namespace, run_id)
     timeout = spec.placement.timeout
     start = time.monotonic()
     # 409 (the name exists) propagates: a fresh random name that collides is a surprise worth

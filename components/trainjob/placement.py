@@ -14,12 +14,13 @@ class Placement:
     num_nodes: int = 1
     """Nodes (TrainJob numNodes); the local backend has one."""
     num_proc_per_node: int = 0
-    """Processes per node (TrainJob numProcPerNode; torchrun when > 1); 0: one per GPU, else 1.
-    (0 stands for unset: a KFP parameter cannot be None.)"""
+    """Processes per node (TrainJob numProcPerNode; torchrun when > 1); 0: one per GPU
+    (gpus_per_node), else 1."""
     gpus_per_node: int = 0
     """NVIDIA GPUs to request per node (TrainJob resourcesPerNode); 0: the runtime's resources."""
     timeout: float = 3600
-    """Seconds before the stage is stopped (its TrainJob deleted) and the step fails."""
+    """Seconds before the stage is stopped (its TrainJob deleted) and the step fails (the
+    prompt's: keep it above idle_timeout)."""
     start_timeout: float = 120
     """Seconds a TrainJob may go without a pod, and each of its pods may stay Pending
     (unschedulable, its image not pulled, its volume not attached), before the TrainJob is

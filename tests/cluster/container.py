@@ -1,6 +1,9 @@
 """`python container.py SPEC.json`: exec a pod's container in its image's root filesystem, as a
-container runtime does after it has made the namespaces (runc libcontainer/rootfs_linux.go and
-init_linux.go: mounts, then pivot_root, then setgroups/setgid/setuid, then execve).
+container runtime does after it has made the namespaces (runc v1.3.0
+`libcontainer/rootfs_linux.go` prepareRootfs: mounts, pivot_root, the working directory made
+(MkdirAll 0755) where missing; `init_linux.go` finalizeNamespace and setupUser: chdir,
+setgroups, setgid, setuid; `standard_init_linux.go` Init: the executable looked up in the
+container's PATH, then execve).
 
 Run as PID 1 of its own PID namespace (cluster/pid1.py starts it). SPEC names:
   rootfs   the image's root filesystem (`buildah mount`), shared by the image's pods
@@ -8,9 +11,10 @@ Run as PID 1 of its own PID namespace (cluster/pid1.py starts it). SPEC names:
   uid, gid, groups   the process's user, group and supplementary groups (fsGroup)
   cwd      the working directory inside the root filesystem
   env      the container's whole environment
-  argv     command + args
+  argv     the process: command + args, or the image's Entrypoint/Cmd (cluster/images.py)
 A private mount namespace keeps every mount to this container; /proc is the new PID
-namespace's own, /dev and /sys this machine's (read-only /sys as runc mounts it). chroot stands
+namespace's own, /dev and /sys this machine's (/sys read-only, as containerd v2.1.4's default
+spec mounts its sysfs: `pkg/oci/mounts.go`). chroot stands
 in for pivot_root (same view for the process; the old root is not detached). Root only; stdlib.
 """
 
@@ -48,6 +52,7 @@ os.makedirs(sysfs, exist_ok=True)
 mount("/sys", sysfs, None, MS_BIND | MS_REC)
 mount("/sys", sysfs, None, MS_BIND | MS_REMOUNT | MS_RDONLY)
 os.chroot(root)
+os.makedirs(spec["cwd"], 0o755, exist_ok=True)
 os.chdir(spec["cwd"])
 os.setgroups(spec["groups"])
 os.setgid(spec["gid"])
@@ -55,6 +60,7 @@ os.setuid(spec["uid"])
 try:
     os.execvpe(spec["argv"][0], spec["argv"], spec["env"])
 except OSError as e:
-    # runc reports a missing executable as a start error; 127 as a shell does.
+    # runc fails the start; containerd v2.1.4 reports the container exited with 128
+    # (internal/cri/server/helpers.go errorStartExitCode, reason StartError).
     print(f"container: exec {spec['argv'][0]}: {e.strerror}", file=sys.stderr)
-    os._exit(127)
+    os._exit(128)

@@ -27,9 +27,12 @@ What a pod gets here, and how that stands in for a node:
   ImagePullBackOff, `_ImagePull`). Every machine has `capacity`; a pod requesting more of a
   resource than that is unschedulable (`_unfit`).
 - a built image (`run_images`, cluster/images.py): the container runs in the image's root
-  filesystem (cluster/container.py), as the securityContext's user with fsGroup, the image's env
-  under the spec's, the volumes bound at their mount paths (not rewritten), PID 1 of its own PID
-  namespace; network and /dev stay this machine's.
+  filesystem (cluster/container.py), its command else the image's Entrypoint/Cmd, as the
+  securityContext's user else the image's with fsGroup, the image's env under the spec's, the
+  volumes bound at their mount paths (not rewritten), PID 1 of its own PID namespace; network
+  and /dev stay this machine's. One the kubelet or the runtime refuses (runAsNonRoot as root, a
+  user the image lacks, no command) never starts: it waits CreateContainerConfigError or
+  CreateContainerError (`_refused`).
 """
 
 from __future__ import annotations
@@ -55,7 +58,13 @@ from pathlib import Path
 from typing import Any
 
 from cluster.events import EventRecorder
-from cluster.images import PID1, Image, container_command, set_volume_ownership
+from cluster.images import (
+    PID1,
+    CreateContainerError,
+    Image,
+    container_command,
+    set_volume_ownership,
+)
 from cluster.render import COMPLETION_INDEX, NODE, Rendered
 from components.trainjob.podlogs import STATUS_FILE, UID_FILE
 
@@ -475,13 +484,16 @@ class Kubelet:
                 pending = f"image {status.image} not in the registry"
                 pull = _ImagePull(self, pod_ref, status)
                 status.waiting("ContainerCreating")  # until its first pull fails
+            elif refused := self._refused(plan, status.image, pod_ref):
+                pending = refused.message
+                status.waiting(refused.reason, refused.message)
             else:
                 status.running()
         image = None if pending or self.run_images is None else self.run_images[status.image]
         if pending:  # the container never starts: a process that waits stands in for the pod
             mounts, argv = {}, [sys.executable, "-c", "import signal; signal.pause()"]
         elif image is not None:  # paths stay as they are: the volumes are bound there
-            argv = plan.container.get("command", []) + plan.container.get("args", [])
+            argv = image.argv(plan.container)
         else:
             argv = [_remap(a, mounts) for a in plan.container.get("command", []) +
                     plan.container.get("args", [])]  # fmt: skip
@@ -526,6 +538,21 @@ class Kubelet:
                                                  name="kubelet-log-rotation")  # fmt: skip
                 self._rotator.start()
         return pod
+
+    def _refused(self, plan: Rendered, image: str,
+                 pod_ref: dict[str, Any]) -> CreateContainerError | None:  # fmt: skip
+        """Why the kubelet or the runtime will not create the container from its built image
+        (kubernetes v1.33 kuberuntime_container.go, startContainer: Warning `Failed` `Error:
+        <message>`); None where they will, or where no built images run."""
+        if self.run_images is None:
+            return None
+        try:
+            self.run_images[image].identity(plan.pod_spec, plan.container)
+            self.run_images[image].argv(plan.container)
+        except CreateContainerError as e:
+            self.recorder.eventf(pod_ref, "Warning", "Failed", "", f"Error: {e.message}")
+            return e
+        return None
 
     def _rotate(self) -> None:
         """kubernetes pkg/kubelet/logs/container_log_manager.go rotateLogs: every monitor
@@ -685,10 +712,10 @@ def _in_image(image: Image, plan: Rendered, mounts: dict[str, Path], env: dict[s
     """The command running the pod's container in `image`: its volumes get the pod's fsGroup
     first; /tmp is the pod's own (a container's writable layer is its own, where here the
     image's pods share one root filesystem)."""
-    fs_group = (plan.pod_spec.get("securityContext") or {}).get("fsGroup")
-    if fs_group is not None:
+    pod_ctx = plan.pod_spec.get("securityContext") or {}
+    if (fs_group := pod_ctx.get("fsGroup")) is not None:
         for volume in mounts.values():
-            set_volume_ownership(volume, fs_group)
+            set_volume_ownership(volume, fs_group, pod_ctx.get("fsGroupChangePolicy"))
     tmp = folder / "tmp"
     tmp.mkdir()
     tmp.chmod(0o1777)

@@ -1,6 +1,6 @@
 """`python pid1.py PROGRAM [ARGS...]`: run PROGRAM as PID 1 of a new PID namespace, as a container
-runtime starts a container's first process (runc: clone with CLONE_NEWPID), and exit with its
-status (a signal N as 128 + N, as containerd reports it).
+runtime starts a container's first process (runc v1.3.0: clone with CLONE_NEWPID), and exit with
+its status (a signal N as 128 + N, as containerd reports it).
 
 What that buys the test cluster is the kernel's treatment of PID 1 (pid_namespaces(7)): a
 signal it has no handler for is dropped, SIGKILL included only from inside, and when it ends
@@ -26,9 +26,10 @@ if pid == 0:
     try:
         os.execvp(sys.argv[1], sys.argv[1:])
     except OSError as e:
-        # runc reports a missing executable as a start error; 127 as a shell does.
+        # runc fails the start; containerd v2.1.4 reports the container exited with 128
+        # (internal/cri/server/helpers.go errorStartExitCode, reason StartError).
         print(f"pid1: exec {sys.argv[1]}: {e.strerror}", file=sys.stderr)
-        os._exit(127)
+        os._exit(128)
 for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
     signal.signal(sig, signal.SIG_IGN)  # signals are for the container, not for us
 code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])

@@ -1,0 +1,65 @@
+"""One knob, one place: a component's `Args:` are its knobs' own docstrings.
+
+Every parameter of a component is a knob written once, as a dataclass field with a docstring
+under it: a flag of its stage (gpt/config.py; the same text is the flag's `--help`), or a knob
+of its step (`Placement`: nodes, processes, GPUs, deadlines; `StepKnobs`: backend, image,
+namespace, Secret). A component writes only its signature (KFP reads it, and runs the function's
+own source in the step's container) and the lines a knob does not describe: its outputs,
+`Returns:`. `documented` fills in the rest, and the pipeline takes its parameters and their
+texts from the components (pipeline/parameters.py), so a new training flag is two edits: its
+field in gpt/config.py and its line in components/train_gpt.py's signature. tests/test_knobs.py
+holds each signature's names, types and defaults to the fields'.
+"""
+
+from __future__ import annotations
+
+import inspect
+import textwrap
+from collections.abc import Callable
+from typing import TypeVar
+
+from components.step.dispatch import UNSET, StepKnobs
+from components.trainjob.placement import Placement
+from gpt.cli import field_docs
+from gpt.stages import STAGES, Stage
+
+F = TypeVar("F", bound=Callable)
+
+
+def knob_docs(stage: Stage) -> dict[str, str]:
+    """Every knob a component of `stage` may have, with its text; a flag unset by default says
+    how a KFP parameter leaves it unset."""
+    docs = {**field_docs(StepKnobs), **field_docs(Placement)}
+    for name, doc in field_docs(stage.config).items():
+        unset = stage.config.__dataclass_fields__[name].default is None
+        docs[name] = f"{doc} ({UNSET}: unset.)" if unset else doc
+    return docs
+
+
+def documented(stage_name: str) -> Callable[[F], F]:
+    """Give a component function `Args:` for each parameter its docstring does not describe,
+    from the knob of that name (KFP reads the descriptions from `__doc__`)."""
+
+    def fill(func: F) -> F:
+        docs = knob_docs(STAGES[stage_name])
+        text = inspect.cleandoc(func.__doc__ or "")
+        head, sep, tail = text.partition("\nReturns:")
+        described = set()
+        if "\nArgs:\n" in head:
+            for line in head.partition("\nArgs:\n")[2].splitlines():
+                if line.startswith("    ") and not line.startswith("     ") and ":" in line:
+                    described.add(line.split(":", 1)[0].strip())
+        else:
+            head = head.rstrip() + "\n\nArgs:"
+        lines = []
+        for name in inspect.signature(func).parameters:
+            if name in described:
+                continue
+            if name not in docs:
+                raise TypeError(f"{func.__name__}({name}): no knob of that name and no Args line")
+            lines.append(textwrap.fill(f"{name}: {docs[name]}", 96, initial_indent="    ",
+                                       subsequent_indent="        ", break_on_hyphens=False))
+        func.__doc__ = "\n".join([head.rstrip(), *lines]) + ("\n\nReturns:" + tail if sep else "")
+        return func
+
+    return fill

@@ -1,0 +1,82 @@
+"""What a training run's model and weight average are: the one rule for flags left unset.
+
+A flag given wins. A flag left unset is decided once, when the run starts, by the data and the
+other flags (the defaults below), and a resumed run keeps what it started with, read from its
+checkpoint's state (gpt/checkpoint.py's `CheckpointState`): a rerun with a raised --max_iters,
+which now passes over the text more often, trains on with the dropout and weight average it
+began with, as an uninterrupted run would have. `resolve_settings` applies that rule to every
+such knob; `Trainer` builds what it returns.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, TypeVar
+
+from gpt.config import (
+    DEFAULT_EMA_DECAY,
+    DEFAULT_SPELLING,
+    DROPOUT_REPEATED,
+    EMA_MIN_PASSES,
+    EMA_MIN_STEPS,
+    GPTConfig,
+    ModelConfig,
+    TrainConfig,
+    fields_of,
+)
+
+if TYPE_CHECKING:  # no PyTorch for the rule itself
+    from gpt.checkpoint import CheckpointState
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """What a run trains with once every unset flag is decided."""
+
+    model: GPTConfig
+    """The model to build: the flags' shape, the data's vocabulary, dropout and spelling."""
+    ema_decay: float
+    """The weight average's decay per step; 0: no average."""
+
+
+def passes(cfg: TrainConfig, train_tokens: int) -> float:
+    """How many times the run's tokens (max_iters x batch_size x block_size) cover a training
+    split of `train_tokens` tokens: what decides a new run's dropout and average."""
+    return cfg.max_iters * cfg.batch_size * cfg.block_size / max(1, train_tokens)
+
+
+def new_run_dropout(cfg: TrainConfig, train_tokens: int) -> float:
+    """Unset --dropout, new run: on only where the run sees its text again."""
+    return DROPOUT_REPEATED if passes(cfg, train_tokens) > 1 else 0.0
+
+
+def new_run_ema_decay(cfg: TrainConfig, train_tokens: int) -> float:
+    """Unset --ema_decay, new run: an average only for a long run that passes over its text
+    often (bench/recipe_trials.md: it helped only there)."""
+    on = passes(cfg, train_tokens) >= EMA_MIN_PASSES and cfg.max_iters >= EMA_MIN_STEPS
+    return DEFAULT_EMA_DECAY if on else 0.0
+
+
+def _chosen(flag: T | None, started_with: T | None, default: T) -> T:
+    """The rule: the flag if given; else what the run started with, if it resumes
+    (`started_with`, None for a new run); else the new run's `default`."""
+    if flag is not None:
+        return flag
+    return default if started_with is None else started_with
+
+
+def resolve_settings(cfg: TrainConfig, vocab_size: int, train_tokens: int,
+                     saved: CheckpointState | None = None) -> RunSettings:
+    """The settings of a run with flags `cfg` on data of `vocab_size` ids and `train_tokens`
+    training tokens, resuming the checkpoint state `saved` (None: a new run)."""
+    started = saved.model if saved is not None else None
+    dropout = _chosen(cfg.dropout, started.dropout if started else None,
+                      new_run_dropout(cfg, train_tokens))
+    spelling = _chosen(cfg.spelling, started.spelling if started else None, DEFAULT_SPELLING)
+    ema_decay = _chosen(cfg.ema_decay, saved.ema_decay if saved is not None else None,
+                        new_run_ema_decay(cfg, train_tokens))
+    model = GPTConfig(**{**fields_of(cfg, ModelConfig), "dropout": dropout, "spelling": spelling},
+                      vocab_size=vocab_size)
+    return RunSettings(model, ema_decay)

@@ -1,0 +1,90 @@
+"""The pipeline's parameters are its steps' parameters: names, types, defaults and texts.
+
+A knob that several steps have (`seed`, `block_size`, `namespace`, ...) is one pipeline
+parameter handed to each; the steps must agree on its type and default (checked here, when the
+pipeline is defined). A knob each step has with its own default (`timeout`) is renamed per step
+(`train_timeout`); a step's parameter that the pipeline wires itself (train-gpt's `run`, from
+load-corpus's output) is no pipeline parameter. KFP calls the pipeline function with its
+parameters in signature order; `with_step_parameters` hands them to the body as one `Knobs`.
+"""
+
+from __future__ import annotations
+
+import inspect
+import textwrap
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from kfp.dsl.base_component import BaseComponent
+
+
+class Knobs(dict):
+    """The pipeline's parameters (KFP's channels while it compiles), by name."""
+
+    def __init__(self, values: Mapping[str, Any], names: Mapping[str, Mapping[str, str]]):
+        super().__init__(values)
+        self._names = names
+
+    def of(self, step: BaseComponent) -> dict[str, Any]:
+        """The pipeline parameters `step` takes, under the step's own parameter names."""
+        return {own: self[name] for own, name in self._names[step.name].items()}
+
+
+def _step_parameters(step: BaseComponent) -> dict[str, inspect.Parameter]:
+    """The step's parameters that are inputs (not its output artifacts), with their texts."""
+    inputs = step.component_spec.inputs or {}
+    return {name: p for name, p in inspect.signature(step.python_func).parameters.items()
+            if name in inputs}  # fmt: skip
+
+
+def with_step_parameters(
+    steps: list[BaseComponent],
+    *,
+    wired: Mapping[str, set[str]],
+    renamed: Mapping[str, Mapping[str, str]],
+    defaults: Mapping[str, Any],
+) -> Callable[[Callable[[Knobs], Any]], Callable[..., Any]]:
+    """Make `body(knobs)` a pipeline function whose parameters are the `steps`' parameters:
+    all but those `wired` (by step name), each under its `renamed` name (by step name), with the
+    pipeline's own `defaults` where it chooses otherwise."""
+    params: dict[str, inspect.Parameter] = {}
+    docs: dict[str, str] = {}
+    names: dict[str, dict[str, str]] = {}
+    for step in steps:
+        names[step.name] = {}
+        inputs = step.component_spec.inputs
+        for own, p in _step_parameters(step).items():
+            if own in wired.get(step.name, ()):
+                continue
+            name = renamed.get(step.name, {}).get(own, own)
+            names[step.name][own] = name
+            default = defaults.get(name, p.default)
+            param = p.replace(name=name, default=default, kind=inspect.Parameter.KEYWORD_ONLY)
+            doc = inputs[own].description or ""
+            if name != own:
+                doc = f"{step.name}'s `{own}`: {doc}"
+            if name in params:
+                if (params[name].annotation, params[name].default) != (p.annotation, default):
+                    raise TypeError(f"{step.name}({own}): its type or default differs from "
+                                    f"another step's `{name}`; rename it for one of them")
+                continue
+            params[name] = param
+            docs[name] = doc
+
+    def decorate(body: Callable[[Knobs], Any]) -> Callable[..., Any]:
+        order = list(params)
+
+        def pipeline(*args: Any, **kwargs: Any) -> Any:
+            return body(Knobs({**dict(zip(order, args, strict=False)), **kwargs}, names))
+
+        pipeline.__signature__ = inspect.Signature(list(params.values()))  # type: ignore[attr-defined]
+        pipeline.__name__ = body.__name__
+        pipeline.__qualname__ = body.__qualname__
+        pipeline.__module__ = body.__module__
+        args = [textwrap.fill(f"{name}: {docs[name]}", 96, initial_indent="    ",
+                              subsequent_indent="        ", break_on_hyphens=False)
+                for name in order]  # fmt: skip
+        pipeline.__doc__ = inspect.cleandoc(body.__doc__ or "") + "\n\nArgs:\n" + "\n".join(args)
+        return pipeline
+
+    return decorate
