@@ -30,18 +30,22 @@ def modules() -> dict[str, Path]:
     return found
 
 
-def imports_of(path: Path, known: set[str]) -> set[str]:
-    """The project modules `path` imports (`from gpt import atomic` counts as gpt.atomic)."""
-    found: set[str] = set()
+def imports(path: Path) -> list[tuple[int, list[str]]]:
+    """Each import statement of `path` (line, the names it may load): `from gpt import atomic`
+    may load gpt and gpt.atomic."""
+    found = []
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
-            names = [alias.name for alias in node.names]
+            found.append((node.lineno, [alias.name for alias in node.names]))
         elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-            names = [node.module, *(f"{node.module}.{a.name}" for a in node.names)]
-        else:
-            continue
-        found |= {n for n in names if n in known}
+            found.append((node.lineno,
+                          [node.module, *(f"{node.module}.{a.name}" for a in node.names)]))
     return found
+
+
+def imports_of(path: Path, known: set[str]) -> set[str]:
+    """The project modules `path` imports (`from gpt import atomic` counts as gpt.atomic)."""
+    return {n for _, names in imports(path) for n in names if n in known}
 
 
 def graph() -> dict[str, set[str]]:
@@ -102,19 +106,24 @@ def shared_between_tests(folder: Path) -> list[str]:
     name."""
     found = []
     for path in sorted(folder.rglob("*.py")):
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.Import):
-                names = [alias.name for alias in node.names]
-            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-                names = [node.module, *(f"{node.module}.{a.name}" for a in node.names)]
-            else:
-                continue
+        for line, names in imports(path):
             if any(name.split(".")[0] == "tests"
                    or any(part.startswith("test_") for part in name.split(".")) for name in names):
-                found.append(f"{path.relative_to(folder)}:{node.lineno} imports {names[0]}")
+                found.append(f"{path.relative_to(folder)}:{line} imports {names[0]}")
     return found
 
 
 def test_tests_share_code_through_support_alone():
     found = shared_between_tests(TESTS)
     assert not found, "import it from tests/support/ instead:\n" + "\n".join(found)
+
+
+def test_no_two_modules_share_a_name():
+    # `stages.py` in gpt/ and in components/ was two things under one name; a name says one.
+    conventional = {"__init__", "__main__", "conftest"}
+    seen: dict[str, list[str]] = {}
+    for folder in ("gpt", "components", "pipeline", "tests", "bench"):
+        for path in sorted((PROJECT / folder).rglob("*.py")):
+            if path.stem not in conventional and ".venv" not in path.parts:
+                seen.setdefault(path.stem, []).append(str(path.relative_to(PROJECT)))
+    assert not {name: paths for name, paths in seen.items() if len(paths) > 1}

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
+import threading
 import time
 
 import pytest
@@ -381,3 +382,32 @@ def test_a_gpu_no_machine_has_fails_the_step_within_the_grace_with_the_scheduler
     assert "containerStatuses" not in status_of(trainer_cluster, pod)
     assert trainer_cluster.api.list_namespaced_custom_object(GROUP, VERSION, ns, PLURAL)[
         "items"] == []  # fmt: skip
+
+
+def test_shutdown_never_meets_a_run_not_yet_started(monkeypatch, tmp_path):
+    """The watch thread adds a TrainJob's run while the fixture shuts the cluster down: a run
+    seen in `runs` before it was started made the teardown fail ("cannot join thread before it
+    is started"), once in a full suite. The start is slowed here to hold that window open."""
+    from cluster import controller
+
+    entered = threading.Event()
+
+    class SlowToStart(controller.JobSetRun):
+        def start(self) -> None:
+            entered.set()
+            time.sleep(0.5)
+            super().start()
+
+        def run(self) -> None:
+            self.deleted.wait()
+
+    class OneTrainJob:
+        def list_namespaced_custom_object(self, *args):
+            return {"items": [{"metadata": {"name": "j-1"}}]}
+
+    monkeypatch.setattr(controller, "JobSetRun", SlowToStart)
+    kubelet = controller.Kubelet(tmp_path / "pods", {}, {})
+    cluster = controller.Cluster(OneTrainJob(), "ns", kubelet)
+    assert entered.wait(10)
+    cluster.shutdown()  # raised RuntimeError before the run was added only once started
+    assert [r.is_alive() for r in cluster.runs.values()] == [False]

@@ -272,8 +272,9 @@ class Cluster(threading.Thread):
             for obj in items:
                 name = obj["metadata"]["name"]
                 if name not in self.runs:
-                    self.runs[name] = JobSetRun(self.api, self.kubelet, self.events, obj)
-                    self.runs[name].start()
+                    run = JobSetRun(self.api, self.kubelet, self.events, obj)
+                    run.start()  # before it is seen: shutdown joins every run in self.runs
+                    self.runs[name] = run
             for name, run in list(self.runs.items()):
                 if name not in names and not run.deleted.is_set():
                     run.deleted.set()
@@ -295,6 +296,6 @@ class Cluster(threading.Thread):
     def shutdown(self) -> None:
         """Stop watching and delete every pod still there."""
         self._stopping.set()
-        for run in self.runs.values():
+        self.join(5)  # no run added while they are deleted
+        for run in list(self.runs.values()):
             run.delete()
-        self.join(5)
