@@ -60,6 +60,9 @@ class ContextConfig:
     """Context window in tokens: the most the model attends over, and each training window's
     length; load-corpus checks that each split holds at least one window."""
 
+    def __post_init__(self) -> None:
+        check_positive_int("block_size", self.block_size)
+
 
 @dataclass
 class SeedConfig:
@@ -106,7 +109,8 @@ class ModelConfig(ContextConfig):
     started with. The export is a plain table either way (the sum written out)."""
 
     def __post_init__(self) -> None:
-        for name in ("block_size", "n_layer", "n_head", "n_embd"):
+        ContextConfig.__post_init__(self)
+        for name in ("n_layer", "n_head", "n_embd"):
             check_positive_int(name, getattr(self, name))
         if self.n_embd % self.n_head:
             raise ValueError(
@@ -353,13 +357,12 @@ class CorpusConfig(ContextConfig, RunConfig):
     10 GB takes about 17 minutes), so a larger source is refused as a likely mistake."""
 
     def __post_init__(self) -> None:
-        super().__post_init__()
+        RunConfig.__post_init__(self)
+        ContextConfig.__post_init__(self)
         if not 0 < self.val_fraction < 1:
             raise ValueError(f"--val_fraction {self.val_fraction}: must be in (0, 1)")
         if self.max_vocab and self.max_vocab < 257:  # the 256 bytes and end-of-text
             raise ValueError(f"--max_vocab {self.max_vocab}: must be 0 (no limit) or >= 257")
-        if self.block_size < 1:
-            raise ValueError(f"--block_size {self.block_size}: must be at least 1")
         if not self.download_timeout > 0:
             raise ValueError(f"--download_timeout {self.download_timeout}: must be positive")
         if self.download_retries < 0:
