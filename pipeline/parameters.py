@@ -11,11 +11,12 @@ parameters in signature order; `with_step_parameters` hands them to the body as 
 from __future__ import annotations
 
 import inspect
-import textwrap
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from kfp.dsl.base_component import BaseComponent
+
+from components.step.knobs import args_entry
 
 
 class Knobs(dict):
@@ -30,10 +31,11 @@ class Knobs(dict):
         return {own: self[name] for own, name in self._names[step.name].items()}
 
 
-def _step_parameters(step: BaseComponent) -> dict[str, inspect.Parameter]:
+def _step_parameters(step: BaseComponent) -> dict[str, tuple[inspect.Parameter, str]]:
     """The step's parameters that are inputs (not its output artifacts), with their texts."""
     inputs = step.component_spec.inputs or {}
-    return {name: p for name, p in inspect.signature(step.python_func).parameters.items()
+    return {name: (p, inputs[name].description or "")
+            for name, p in inspect.signature(step.python_func).parameters.items()
             if name in inputs}  # fmt: skip
 
 
@@ -52,15 +54,13 @@ def with_step_parameters(
     names: dict[str, dict[str, str]] = {}
     for step in steps:
         names[step.name] = {}
-        inputs = step.component_spec.inputs
-        for own, p in _step_parameters(step).items():
+        for own, (p, doc) in _step_parameters(step).items():
             if own in wired.get(step.name, ()):
                 continue
             name = renamed.get(step.name, {}).get(own, own)
             names[step.name][own] = name
             default = defaults.get(name, p.default)
             param = p.replace(name=name, default=default, kind=inspect.Parameter.KEYWORD_ONLY)
-            doc = inputs[own].description or ""
             if name != own:
                 doc = f"{step.name}'s `{own}`: {doc}"
             if name in params:
@@ -81,10 +81,9 @@ def with_step_parameters(
         pipeline.__name__ = body.__name__
         pipeline.__qualname__ = body.__qualname__
         pipeline.__module__ = body.__module__
-        args = [textwrap.fill(f"{name}: {docs[name]}", 96, initial_indent="    ",
-                              subsequent_indent="        ", break_on_hyphens=False)
-                for name in order]  # fmt: skip
-        pipeline.__doc__ = inspect.cleandoc(body.__doc__ or "") + "\n\nArgs:\n" + "\n".join(args)
+        entries = [args_entry(name, docs[name]) for name in order]
+        pipeline.__doc__ = (inspect.cleandoc(body.__doc__ or "") + "\n\nArgs:\n"
+                            + "\n".join(entries))
         return pipeline
 
     return decorate

@@ -13,6 +13,7 @@ holds each signature's names, types and defaults to the fields'.
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import textwrap
 from collections.abc import Callable
@@ -30,10 +31,16 @@ def knob_docs(stage: Stage) -> dict[str, str]:
     """Every knob a component of `stage` may have, with its text; a flag unset by default says
     how a KFP parameter leaves it unset."""
     docs = {**field_docs(StepKnobs), **field_docs(Placement)}
+    defaults = {f.name: f.default for f in dataclasses.fields(stage.config)}
     for name, doc in field_docs(stage.config).items():
-        unset = stage.config.__dataclass_fields__[name].default is None
-        docs[name] = f"{doc} ({UNSET}: unset.)" if unset else doc
+        docs[name] = f"{doc} ({UNSET}: unset.)" if defaults[name] is None else doc
     return docs
+
+
+def args_entry(name: str, text: str) -> str:
+    """One entry of an `Args:` section as KFP's docstring parser reads it, wrapped."""
+    return textwrap.fill(f"{name}: {text}", 96, initial_indent="    ",
+                         subsequent_indent="        ", break_on_hyphens=False)
 
 
 def documented(stage_name: str) -> Callable[[F], F]:
@@ -57,8 +64,7 @@ def documented(stage_name: str) -> Callable[[F], F]:
                 continue
             if name not in docs:
                 raise TypeError(f"{func.__name__}({name}): no knob of that name and no Args line")
-            lines.append(textwrap.fill(f"{name}: {docs[name]}", 96, initial_indent="    ",
-                                       subsequent_indent="        ", break_on_hyphens=False))
+            lines.append(args_entry(name, docs[name]))
         func.__doc__ = "\n".join([head.rstrip(), *lines]) + ("\n\nReturns:" + tail if sep else "")
         return func
 
