@@ -19,6 +19,8 @@ import textwrap
 from collections.abc import Callable
 from typing import TypeVar
 
+import docstring_parser
+
 from components.step.dispatch import UNSET, StepKnobs
 from components.trainjob.placement import Placement
 from gpt.cli import field_docs
@@ -51,12 +53,9 @@ def documented(stage_name: str) -> Callable[[F], F]:
         docs = knob_docs(STAGES[stage_name])
         text = inspect.cleandoc(func.__doc__ or "")
         head, sep, tail = text.partition("\nReturns:")
-        described = set()
-        if "\nArgs:\n" in head:
-            for line in head.partition("\nArgs:\n")[2].splitlines():
-                if line.startswith("    ") and not line.startswith("     ") and ":" in line:
-                    described.add(line.split(":", 1)[0].strip())
-        else:
+        # what KFP itself reads the descriptions with (kfp's dependency docstring_parser)
+        described = {p.arg_name for p in docstring_parser.parse(text).params}
+        if "\nArgs:\n" not in head:
             head = head.rstrip() + "\n\nArgs:"
         lines = []
         for name in inspect.signature(func).parameters:
