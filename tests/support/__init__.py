@@ -4,7 +4,7 @@ rootdir conftest's folder there), never through another test module:
 - `support.runs`: the one set of tiny settings (`TINY` and the variants derived from it), a
   small `data/` written directly, and train-gpt run on it.
 - `support.models`: a run's model as train-gpt leaves it, and generative-prompt run on it.
-- `support.web`: a local HTTP server of corpus texts (conftest.py's `server` fixture).
+- `support.web`: a local HTTP server of corpus texts (conftest.py's `web_server` fixture).
 - `support.trainjobs`: train-gpt and stand-in programs as TrainJobs on the test cluster.
 
 Fixtures live in tests/conftest.py, which imports them from here.

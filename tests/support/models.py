@@ -16,9 +16,10 @@ from gpt.export import save_export
 from gpt.model import GPT, GPTConfig
 from gpt.rundir import RunDir
 from gpt.tokenizer import Tokenizer
+from support.runs import ONE_THREAD
 
 RUN = "t"  # the run `export` writes
-ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+ENV = {**os.environ, **ONE_THREAD, "PYTHONUNBUFFERED": "1"}
 
 CORPUS = (resources.files("gpt.assets") / "comedy_of_errors.txt").read_text(encoding="utf-8")
 PROMPTS = [
