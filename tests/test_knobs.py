@@ -155,11 +155,15 @@ def test_unset_is_minus_one_in_every_component_and_leaves_the_flag_out():
     flags, placement, step = sort_knobs(
         STAGES["train-gpt"],
         {"run": "r", "dropout": UNSET, "warmup_iters": UNSET, "max_iters": -1, "num_nodes": 2,
-         "backend": "local"},
+         "backend": "local", "export_uri": ""},
     )
     # dropout and warmup_iters default to None (automatic); max_iters has a default of its own,
     # so -1 stays -1 there (and the config refuses it, naming the flag).
-    assert flags == {"run": "r", "dropout": None, "warmup_iters": None, "max_iters": -1}
+    # export_uri's default is the empty text (no copy): left out too, not `--export_uri ''`.
+    assert flags == {"run": "r", "dropout": None, "warmup_iters": None, "max_iters": -1,
+                     "export_uri": None}
+    # an empty text where the default is another stays, for the config to refuse
+    assert sort_knobs(STAGES["train-gpt"], {"run": "r", "root": ""})[0]["root"] == ""
     assert placement.num_nodes == 2 and step.backend == "local"
 
 

@@ -72,8 +72,10 @@ def sort_knobs(stage: Stage, knobs: Mapping[str, Any]) -> tuple[dict[str, Any], 
                                                                   StepKnobs]:
     """A component's parameters -> (the stage's flags, its Placement, its StepKnobs).
 
-    A flag left at UNSET whose config default is None is left out (the CLI's unset). A parameter
-    that is no knob is refused: a component's signature cannot drift from the knobs unseen."""
+    A flag left unset is left out, as the CLI leaves it: UNSET where its config default is None,
+    "" where the default is that empty text (`export_uri`: no copy), so a TrainJob's command line
+    shows only what a flag says. A parameter that is no knob is refused: a component's signature
+    cannot drift from the knobs unseen."""
     config = {f.name: f for f in dataclasses.fields(stage.config)}
     placement = {f.name for f in dataclasses.fields(Placement)}
     step = {f.name for f in dataclasses.fields(StepKnobs)}
@@ -83,8 +85,9 @@ def sort_knobs(stage: Stage, knobs: Mapping[str, Any]) -> tuple[dict[str, Any], 
     flags: dict[str, Any] = {}  # in the config's order: --root and --run first
     for name, f in config.items():
         if name in knobs:
-            unset = f.default is None and knobs[name] == UNSET
-            flags[name] = None if unset else knobs[name]
+            value = knobs[name]
+            unset = (f.default is None and value == UNSET) or (f.default == "" == value)
+            flags[name] = None if unset else value
     return (flags, Placement(**{k: v for k, v in knobs.items() if k in placement}),
             StepKnobs(**{k: v for k, v in knobs.items() if k in step}))
 
