@@ -16,7 +16,7 @@ from cluster.jobset_webhook import admission_error
 from cluster.render import master_addr, render
 
 from components.step.image_names import workload_image
-from components.trainjob import launcher
+from components.trainjob import launcher, logfollow
 from components.trainjob.launcher import GROUP, PLURAL, VERSION, TrainJobSpec
 from components.trainjob.placement import Placement
 from components.trainjob.podlogs import LogDirPodLogs
@@ -260,15 +260,23 @@ def test_a_trainjob_whose_jobset_is_refused_fails_the_step_with_the_event_and_is
 
 
 @pytest.mark.apiserver
-def test_a_trainjob_past_its_timeout_is_deleted_and_its_log_tail_kept(trainer_cluster):
+def test_a_trainjob_past_its_timeout_is_deleted_and_its_log_tail_kept(trainer_cluster,
+                                                                       monkeypatch):
+    # A stage that does not end at SIGTERM (as a PID 1 without a handler for it): its pod runs
+    # out the termination grace, and the step does not wait for its log to end meanwhile, however
+    # long an ended TrainJob's log may take to drain.
+    monkeypatch.setattr(logfollow, "DRAIN_S", 600.0)
     job = TrainJobSpec(stage="load-corpus", runtime="gpt-load-corpus", image="img:1",
-                       command=["python", "-c", "print('still reading', flush=True); "
-                                "import time; time.sleep(600)"],
+                       command=["python", "-c", "import signal, time; "
+                                "signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+                                "print('still reading', flush=True); time.sleep(600)"],
                        placement=Placement(timeout=5))  # fmt: skip
     with pytest.raises(launcher.TrainJobTimeout) as err:
         launcher.launch(job, trainer_cluster.namespace, "r", say=lambda _: None)
     assert "did not finish within 5 s; deleted it" in str(err.value)
     assert str(err.value).endswith("Log tail:\nstill reading\n")
+    (run,) = trainer_cluster.runs.values()
+    assert run.pods[0].proc.poll() is None, "the step waited out the deleted pod's grace"
 
 
 @pytest.mark.apiserver

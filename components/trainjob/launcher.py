@@ -258,10 +258,12 @@ def launch(
         with _sigterm_raises():
             final = _follow(api, namespace, name, obj, start + timeout, on_update, startup)
     except TrainJobStuck as e:
+        follower.stop()
         _delete(api, namespace, name)
         raise TrainJobStuck(f"{e}; deleted it") from None
     except TrainJobTimeout:
         last_lines = log_tail(LOG_TAIL_LINES)  # before the delete takes the pods and their logs
+        follower.stop()
         _delete(api, namespace, name)
         raise TrainJobTimeout(
             f"TrainJob {namespace}/{name} did not finish within {timeout:g} s; deleted it. "
@@ -272,11 +274,13 @@ def launch(
     except BaseException as e:
         # SIGTERM (KFP's Terminate), Ctrl-C, an API error: nobody follows the TrainJob any
         # more, so nothing may keep running for it.
+        follower.stop()
         _delete(api, namespace, name)
         say(f"{_in_one_line(e)}: deleted TrainJob {namespace}/{name}")
         raise
     finally:
-        follower.finish()
+        follower.finish()  # at once where it was stopped: the pods of a deleted TrainJob may
+        # take their whole termination grace to end
     elapsed = time.monotonic() - start
     if failed := conditions(final).get("Failed"):
         raise TrainJobFailed(

@@ -49,9 +49,18 @@ class LogFollower:
         return self
 
     def finish(self) -> None:
-        """The TrainJob has ended: follow node 0's log to its end (at most DRAIN_S), then stop."""
+        """The TrainJob has ended: follow node 0's log to its end (at most DRAIN_S), then stop;
+        at once after `stop`."""
+        if self._abandoned:
+            return
         self._ending.set()
         self._thread.join(DRAIN_S)
+        self.stop()
+
+    def stop(self) -> None:
+        """Stop now: the TrainJob was deleted, and its pods may run out their termination grace
+        (30 s by default) before their log ends; nothing they print then is the step's."""
+        self._ending.set()
         self._abandoned = True  # a stream still open says nothing after the step moved on
 
     def files(self, log: str) -> dict[str, bytes]:

@@ -294,7 +294,8 @@ class Cluster(threading.Thread):
         return [r.error for r in self.runs.values() if r.error]
 
     def shutdown(self) -> None:
-        """Stop watching and delete every pod still there."""
+        """Stop watching and delete every pod still there, without their grace."""
+        self.kubelet.tear_down()
         self._stopping.set()
         self.join(5)  # no run added while they are deleted
         for run in list(self.runs.values()):

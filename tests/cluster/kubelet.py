@@ -375,6 +375,7 @@ class Kubelet:
         self.rotation = rotation
         self._pods: list[Pod] = []
         self._lock = threading.Lock()
+        self._torn_down = threading.Event()
         self._rotator: threading.Thread | None = None
 
     def bind(self, namespace: str, name: str, claim: Claim) -> None:
@@ -589,13 +590,21 @@ class Kubelet:
         if pod.proc.poll() is None:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pod.first_process(), signal.SIGTERM)
-            try:
-                pod.proc.wait(pod.grace_s)
-            except subprocess.TimeoutExpired:
+            end = time.monotonic() + pod.grace_s
+            while pod.proc.poll() is None and time.monotonic() < end:
+                if self._torn_down.wait(0.05):
+                    break
+            if pod.proc.poll() is None:
                 self.kill(pod)
                 pod.proc.wait()
         if pod.proc.stdin:
             pod.proc.stdin.close()
+
+    def tear_down(self) -> None:
+        """The test is over and the cluster goes with it: a pod in its termination grace, or
+        stopped from now on, is killed at once (nothing is left to see what it does with the
+        rest of its grace, which a pod that ignores SIGTERM would wait out whole)."""
+        self._torn_down.set()
 
     def evict(self, pod: Pod) -> None:
         """Evict the pod, as `kubectl drain` does, and delete it: kubernetes
