@@ -23,7 +23,7 @@ import pytest
 from cluster.kfp_step import step_env
 from cluster.kubelet import pid_namespaces
 from safetensors.torch import load_file
-from support.runs import TINY_DDP, TINY_PIPELINE, write_data
+from support.runs import TINY_DDP, TINY_PIPELINE, as_flags, train, write_data
 from support.trainjobs import stand_in, train_on_cluster
 
 from components.step.dispatch import run_stage
@@ -91,11 +91,13 @@ def test_an_evicted_trainjob_checkpoints_and_resumes_bit_identical(pvc, trainer_
     more: each is a whole training run, and they were most of CI's time; each CI run draws new
     steps.)"""
     rng = random.Random()
-    reference = {}
+    # Uninterrupted: one node's run in this process (the same flags, one process of one
+    # thread, as the pod's), two nodes' on the cluster.
     for nodes in (1, 2):
         write_data(pvc, f"whole-{nodes}")
-        train_on_cluster(trainer_cluster, f"whole-{nodes}", nodes, 1, **STEPS)
-        reference[nodes] = _weights(pvc, f"whole-{nodes}")
+    assert train(pvc, "whole-1", *as_flags({**TINY_DDP, **STEPS})) == 0
+    train_on_cluster(trainer_cluster, "whole-2", 2, 1, **STEPS)
+    reference = {nodes: _weights(pvc, f"whole-{nodes}") for nodes in (1, 2)}
     for trial in range(4):
         nodes = 1 if trial < 2 else 2
         index, step = rng.randrange(nodes), rng.randrange(5, 180)

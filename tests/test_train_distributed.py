@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from support.runs import records, train_cli, write_data
+from support.runs import records, train, train_cli, write_data
 
+from gpt.__main__ import main as gpt_main
 from gpt.rundir import RunDir
 
 pytestmark = pytest.mark.slow
@@ -20,12 +19,8 @@ TWO_RANKS = ["--standalone", "--nproc_per_node=2"]
 
 
 def corpus(root: Path, run: str) -> RunDir:
-    """The real load-corpus stage, char-level on the embedded default text."""
-    done = subprocess.run(
-        [sys.executable, "-m", "gpt", "load-corpus", "--root", str(root), "--run", run,
-         "--tokenizer", "char"], capture_output=True, text=True,
-    )
-    assert done.returncode == 0, done.stderr
+    """The real load-corpus stage (in this process), char-level on the embedded default text."""
+    assert gpt_main(["load-corpus", "--root", str(root), "--run", run, "--tokenizer", "char"]) == 0
     return RunDir.of(root, run)
 
 
@@ -45,15 +40,18 @@ def test_two_ranks_train_the_same_effective_batch_and_write_one_set_of_files(roo
     assert sorted(rngs) == ["0", "1"] and rngs["0"]["torch"] != rngs["1"]["torch"]
     assert (ddp.model_dir / "model.safetensors").is_file() and ddp.report_md.is_file()
 
-    # One process, one process in two micro-steps, and two ranks in two micro-steps each (the
-    # spelled table built once a step, its gradient all-reduced in the last micro-step's
-    # backward) train on the very same windows: the losses agree with the two ranks' up to
-    # float rounding.
-    for run, extra, ranks in (("one", [], None), ("accum", ["--grad_accum", "2"], None),
-                              ("ddp-accum", ["--grad_accum", "2"], TWO_RANKS)):
-        corpus(root, run)
-        done = train_cli(root, run, *flags, *extra, torchrun=ranks)
-        assert done.returncode == 0, done.stderr
+    # One process, one process in two micro-steps (both in this process), and two ranks in two
+    # micro-steps each (the spelled table built once a step, its gradient all-reduced in the
+    # last micro-step's backward) train on the very same windows: the losses agree with the two
+    # ranks' up to float rounding.
+    corpus(root, "one")
+    assert train(root, "one", *flags) == 0
+    corpus(root, "accum")
+    assert train(root, "accum", *flags, "--grad_accum", "2") == 0
+    corpus(root, "ddp-accum")
+    done = train_cli(root, "ddp-accum", *flags, "--grad_accum", "2", torchrun=TWO_RANKS)
+    assert done.returncode == 0, done.stderr
+    for run in ("one", "accum", "ddp-accum"):
         for a, b in zip(recs, records(RunDir.of(root, run)), strict=True):
             assert a["loss"] == pytest.approx(b["loss"], rel=1e-4), (run, a["step"])
             if "val_loss" in a:

@@ -91,13 +91,21 @@ ONE_THREAD = {"OMP_NUM_THREADS": "1"}
 
 
 def train(root: Path, run: str, *flags: str) -> int:
-    """`python -m gpt train-gpt` in this process (fast: no interpreter start); its exit code."""
+    """`python -m gpt train-gpt` of the tiny run in this process (fast: no interpreter to
+    start); its exit code."""
+    return in_process("train-gpt", "--root", str(root), "--run", run, *TINY_FLAGS, *flags)
+
+
+def in_process(*argv: str) -> int:
+    """`python -m gpt <argv>` in this process, on one thread as the tests' own processes are
+    (ONE_THREAD: a run's numbers are then those of the same command as a process); its exit
+    code."""
     threads = torch.get_num_threads()
     saved = os.environ.get("OMP_NUM_THREADS")
     os.environ.update(ONE_THREAD)
     torch.set_num_threads(1)
     try:
-        return gpt_main(["train-gpt", "--root", str(root), "--run", run, *TINY_FLAGS, *flags])
+        return gpt_main(list(argv))
     finally:
         torch.set_num_threads(threads)
         if saved is None:
