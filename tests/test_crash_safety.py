@@ -23,9 +23,11 @@ import subprocess
 import sys
 import threading
 import time
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import pytest
+from support.once import made_once
 from support.runs import TINY_PIPELINE
 
 from gpt.atomic import _LEFTOVER
@@ -174,17 +176,34 @@ def assert_nothing_half_written(root: Path) -> None:
     assert not list(Path(temp_dir(root)["TMPDIR"]).glob("kfp-workspace-*"))
 
 
+@dataclass
+class Timings:
+    """When each step of a pipeline began and ended, and when each line it printed came (from
+    the step's start)."""
+
+    began: dict[str, float]
+    ended: dict[str, float]
+    printed: dict[str, list[float]]
+
+
 @pytest.fixture(scope="module")
-def reference(tmp_path_factory) -> tuple[Path, Pipeline]:
-    """An uninterrupted run, and when each of its steps began, printed its lines and ended."""
-    root = tmp_path_factory.mktemp("reference")
-    pipeline = Pipeline(root)
-    assert pipeline.wait() == 0, pipeline.output()[-3000:]
-    assert set(pipeline.began) == set(pipeline.ended) == set(STAGES), pipeline.output()[-3000:]
-    return root / RUN, pipeline
+def reference(tmp_path_factory) -> tuple[Path, Timings]:
+    """An uninterrupted run, and its timings: made once for both tests, whichever worker runs
+    them."""
+
+    def run(folder: Path) -> None:
+        pipeline = Pipeline(folder / "root")
+        assert pipeline.wait() == 0, pipeline.output()[-3000:]
+        assert set(pipeline.began) == set(pipeline.ended) == set(STAGES), pipeline.output()[-3000:]
+        timings = Timings(pipeline.began, pipeline.ended, pipeline.printed)
+        (folder / "timings.json").write_text(json.dumps(asdict(timings)))
+
+    folder = made_once(tmp_path_factory, "crash-reference", run)
+    timings = Timings(**json.loads((folder / "timings.json").read_text()))
+    return folder / "root" / RUN, timings
 
 
-def moment_in(reference: Pipeline, stage: str, at: float) -> tuple[int, float]:
+def moment_in(reference: Timings, stage: str, at: float) -> tuple[int, float]:
     """The point `at` (0 to 1) of the reference's `stage`, as the number of lines the stage had
     printed by then and the seconds after the last of them."""
     second = at * (reference.ended[stage] - reference.began[stage])
