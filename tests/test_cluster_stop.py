@@ -24,7 +24,7 @@ from cluster.kfp_step import step_env
 from cluster.kubelet import pid_namespaces
 from safetensors.torch import load_file
 from support.runs import TINY_DDP, TINY_PIPELINE, as_flags, train, write_data
-from support.trainjobs import stand_in, train_on_cluster
+from support.trainjobs import STEPS, stand_in, train_on_cluster, two_nodes_uninterrupted
 
 from components.step.dispatch import run_stage
 from components.trainjob.launcher import GROUP, PLURAL, VERSION, TrainJobFailed
@@ -33,10 +33,6 @@ from gpt.rundir import RunDir
 from pipeline.__main__ import COMPILED
 
 pytestmark = [pytest.mark.slow, pytest.mark.apiserver]
-
-# Long enough to be stopped anywhere in it; a progress line every step says where it is.
-STEPS = {"max_iters": 200, "eval_interval": 100, "ckpt_interval": 100, "log_interval": 1}
-
 
 def _weights(pvc: Path, run: str) -> dict:
     return load_file(RunDir.of(pvc, run).model_dir / "model.safetensors")
@@ -84,7 +80,8 @@ def _new_run(cluster, seen: set[str], arg: str = "", timeout: float = 120):
 
 @pytest.mark.minutes
 @pytest.mark.skipif(not pid_namespaces(), reason="PID namespaces need root (cluster/pid1.py)")
-def test_an_evicted_trainjob_checkpoints_and_resumes_bit_identical(pvc, trainer_cluster):
+def test_an_evicted_trainjob_checkpoints_and_resumes_bit_identical(pvc, trainer_cluster,
+                                                                    tmp_path_factory):
     """Four evictions at random steps, of one node's TrainJob and of either node of a two-node
     one: each SIGTERM becomes a checkpoint at the step training reached (none lost), the
     TrainJob goes on from it, and ends with the weights of an uninterrupted run. (Four, not
@@ -93,11 +90,10 @@ def test_an_evicted_trainjob_checkpoints_and_resumes_bit_identical(pvc, trainer_
     rng = random.Random()
     # Uninterrupted: one node's run in this process (the same flags, one process of one
     # thread, as the pod's), two nodes' on the cluster.
-    for nodes in (1, 2):
-        write_data(pvc, f"whole-{nodes}")
+    write_data(pvc, "whole-1")
     assert train(pvc, "whole-1", *as_flags({**TINY_DDP, **STEPS})) == 0
-    train_on_cluster(trainer_cluster, "whole-2", 2, 1, **STEPS)
-    reference = {nodes: _weights(pvc, f"whole-{nodes}") for nodes in (1, 2)}
+    reference = {1: _weights(pvc, "whole-1"),
+                 2: two_nodes_uninterrupted(tmp_path_factory, trainer_cluster, pvc)}
     for trial in range(4):
         nodes = 1 if trial < 2 else 2
         index, step = rng.randrange(nodes), rng.randrange(5, 180)

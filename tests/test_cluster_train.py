@@ -15,7 +15,7 @@ from apiserver import apply_cluster_object
 from cluster.controller import SYNC_BATCH_S
 from safetensors.torch import load_file
 from support.runs import TINY_DDP, as_flags, records, train, write_data
-from support.trainjobs import train_on_cluster
+from support.trainjobs import STEPS, train_on_cluster, two_nodes_uninterrupted
 
 from components.trainjob.launcher import GROUP, VERSION, TrainJobFailed
 from gpt.rundir import RunDir
@@ -74,21 +74,19 @@ LONG = {"max_iters": 60, "eval_interval": 30, "ckpt_interval": 10}
 
 
 def test_a_lost_node_restarts_the_jobset_and_training_ends_as_if_uninterrupted(
-    pvc, trainer_cluster
+    pvc, trainer_cluster, tmp_path_factory
 ):
     write_data(pvc, "lost")
     killer = lose_node_after_checkpoint(trainer_cluster, pvc, "lost", 1)
-    train_on_cluster(trainer_cluster, "lost", 2, 1, **LONG)
+    train_on_cluster(trainer_cluster, "lost", 2, 1, **STEPS)
     killer.join(5)
     (run,) = trainer_cluster.runs.values()
-    assert run.restarts == 1, "the node was lost after training ended: make LONG longer"
+    assert run.restarts == 1, "the node was lost after training ended: make STEPS longer"
     assert "resumed from step-" in run.current[0].log
-    assert [r["step"] for r in records(RunDir.of(pvc, "lost"))][-1] == 60
+    assert [r["step"] for r in records(RunDir.of(pvc, "lost"))][-1] == STEPS["max_iters"]
 
-    write_data(pvc, "whole")
-    train_on_cluster(trainer_cluster, "whole", 2, 1, **LONG)
     a = load_file(RunDir.of(pvc, "lost").model_dir / "model.safetensors")
-    b = load_file(RunDir.of(pvc, "whole").model_dir / "model.safetensors")
+    b = two_nodes_uninterrupted(tmp_path_factory, trainer_cluster, pvc)
     assert a.keys() == b.keys()
     for key in a:
         assert a[key].equal(b[key]), key
