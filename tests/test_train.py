@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 import torch
 from safetensors.torch import load_file, load_model
-from support.runs import ONE_THREAD, TINY, TINY_MODEL, records, train, write_data
+from support.runs import ONE_THREAD, TINY, TINY_MODEL, in_process, records, train, write_data
 
 from gpt import checkpoint
 from gpt import trainer as trainer_module
@@ -383,14 +383,17 @@ def test_default_flags_are_reproducible_and_a_killed_run_resumes_bit_identical(r
     for run in ("a", "b", "killed"):
         write_data(root, run)
 
+    def argv(run: str) -> list[str]:
+        return ["train-gpt", "--root", str(root), "--run", run, "--max_iters", "100",
+                "--ckpt_interval", "25"]
+
     def command(run: str) -> list[str]:
-        return [sys.executable, "-m", "gpt", "train-gpt", "--root", str(root), "--run", run,
-                "--max_iters", "100", "--ckpt_interval", "25"]
+        return [sys.executable, "-m", "gpt", *argv(run)]
 
     env = {**os.environ, **ONE_THREAD}
-    for run in ("a", "b"):
-        out = subprocess.run(command(run), capture_output=True, text=True, env=env, timeout=600)
-        assert out.returncode == 0, out.stderr
+    out = subprocess.run(command("a"), capture_output=True, text=True, env=env, timeout=600)
+    assert out.returncode == 0, out.stderr
+    assert in_process(*argv("b")) == 0  # the same command again, in this test's process
     a, b = (_weights(RunDir.of(root, r)) for r in ("a", "b"))
     assert all(torch.equal(a[k], b[k]) for k in a)
 
