@@ -78,12 +78,10 @@ def test_the_first_signal_is_noted_and_a_second_stops_at_once() -> None:
 @pytest.mark.parametrize("nproc", [1, 2])
 def test_sigterm_writes_a_checkpoint_and_the_rerun_resumes_bit_identical(tmp_path: Path,
                                                                         nproc: int) -> None:
-    """At random steps, with one process and under torchrun (gpt.torchrun): the status says
+    """At a random step, with one process and under torchrun (gpt.torchrun): the status says
     stopped, LATEST is the step it stopped at (no step after the last logged one is lost), and
     the same command then ends with the weights of an uninterrupted run."""
-    trials = 2 if nproc == 1 else 1
-    runs = ["whole", *(f"t{i}" for i in range(trials))]
-    for run in runs:
+    for run in ("whole", "stopped"):
         write_data(tmp_path, run)
     if nproc == 1:  # the same command in this process: no interpreter to start
         assert train(tmp_path, "whole", *FLAGS) == 0
@@ -91,23 +89,21 @@ def test_sigterm_writes_a_checkpoint_and_the_rerun_resumes_bit_identical(tmp_pat
         whole = subprocess.run(_command(tmp_path, "whole", nproc), capture_output=True, text=True,
                                env={**os.environ, **ONE_THREAD}, timeout=300)
         assert whole.returncode == 0, whole.stderr[-2000:]
-    rng = random.Random(nproc)
-    for run in runs[1:]:
-        after = rng.choice(range(50, 500, 50))
-        status, log = _signal_mid_run(tmp_path, run, nproc, after)
-        assert status == EXIT_STOPPED, log[-2000:]
-        stopped = re.search(r"stopped by SIGTERM at step (\d+) of 600, checkpoint written", log)
-        assert stopped, log[-2000:]
-        step = int(stopped.group(1))
-        assert step >= after
-        rundir = RunDir.of(tmp_path, run)
-        assert rundir.latest.read_text().strip() == f"step-{step}"
-        assert "Traceback" not in log
-        again = subprocess.run(_command(tmp_path, run, nproc), capture_output=True, text=True,
-                               env={**os.environ, **ONE_THREAD}, timeout=300)
-        assert again.returncode == 0, again.stderr[-2000:]
-        assert f"resumed from step-{step}: step {step}" in again.stdout
-        assert _same_weights(rundir, RunDir.of(tmp_path, "whole")), f"{run} stopped at {step}"
+    after = random.Random().choice(range(50, 500, 50))  # each CI run draws anew
+    status, log = _signal_mid_run(tmp_path, "stopped", nproc, after)
+    assert status == EXIT_STOPPED, log[-2000:]
+    stopped = re.search(r"stopped by SIGTERM at step (\d+) of 600, checkpoint written", log)
+    assert stopped, log[-2000:]
+    step = int(stopped.group(1))
+    assert step >= after
+    rundir = RunDir.of(tmp_path, "stopped")
+    assert rundir.latest.read_text().strip() == f"step-{step}"
+    assert "Traceback" not in log
+    again = subprocess.run(_command(tmp_path, "stopped", nproc), capture_output=True, text=True,
+                           env={**os.environ, **ONE_THREAD}, timeout=300)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert f"resumed from step-{step}: step {step}" in again.stdout
+    assert _same_weights(rundir, RunDir.of(tmp_path, "whole")), f"stopped at {step}"
 
 
 def test_checkpoints_by_the_clock_leave_the_weights_unchanged(tmp_path: Path) -> None:
