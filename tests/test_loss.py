@@ -103,7 +103,7 @@ _PEAK = """
 import resource, sys, torch, torch.nn.functional as F
 from gpt.loss import linear_cross_entropy
 torch.manual_seed(0)
-rows, width, vocab = 8192, 64, 50304
+rows, width, vocab = 4096, 64, 50304
 x = torch.randn(rows, width, requires_grad=True)
 w = (torch.randn(vocab, width) * 0.02).requires_grad_()
 y = torch.randint(0, vocab, (rows,))
@@ -124,10 +124,10 @@ def _peak_bytes(kind: str) -> int:
 
 
 def test_the_chunked_head_never_holds_the_whole_logits():
-    """8,192 positions x 50,304 ids: the whole float32 logits are 1.65 GB, and `F.cross_entropy`
-    holds three such tensors at its peak (measured: 4.9 GB); the chunked head one chunk's (1,024
-    rows: 206 MB) and the two gradients (2 + 13 MB; measured: 0.25 GB)."""
-    logits, chunk = 8192 * 50304 * 4, 1024 * 50304 * 4
+    """4,096 positions x 50,304 ids: the whole float32 logits are 0.82 GB, and `F.cross_entropy`
+    holds three such tensors at its peak (measured: 2.5 GB); the chunked head one chunk's (1,024
+    rows: 206 MB) and the two gradients (1 + 13 MB; measured: 0.26 GB, as at 8,192 positions)."""
+    logits, chunk = 4096 * 50304 * 4, 1024 * 50304 * 4
     whole, chunked = _peak_bytes("whole"), _peak_bytes("chunked")
     # (Measured bounds, not the arithmetic's: a busy machine's kernel may keep fewer pages
     # resident at the peak; 3.8 GB once.)
