@@ -16,12 +16,14 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 import torch
 
 from gpt.__main__ import main as gpt_main
 from gpt.rundir import DataMeta, RunDir
 from gpt.stages import TRAIN_GPT
 from gpt.tokenizer import CharTokenizer
+from support.once import made_once
 
 TEXT = (
     "ANTIPHOLUS: Merchant, I'll pay thee, and be gone.\n"
@@ -125,6 +127,25 @@ def train_cli(root: Path, run: str, *flags: str, env: dict | None = None,
     )
     env = {**(env or os.environ), **ONE_THREAD}
     return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
+
+
+# The README's default recipe, 100 steps (a checkpoint every 25: something to resume from).
+DEFAULT_FLAGS = ["--max_iters", "100", "--ckpt_interval", "25"]
+
+
+def default_flags_run(tmp_path_factory: pytest.TempPathFactory) -> RunDir:
+    """train-gpt with the default flags (but DEFAULT_FLAGS) on `write_data`'s text, as its own
+    process and never stopped: what the tests of the README's default-flags promises compare
+    with, trained once per session."""
+
+    def run(folder: Path) -> None:
+        write_data(folder, "default")
+        argv = ["train-gpt", "--root", str(folder), "--run", "default", *DEFAULT_FLAGS]
+        out = subprocess.run([sys.executable, "-m", "gpt", *argv], capture_output=True,
+                             text=True, env={**os.environ, **ONE_THREAD}, timeout=600)
+        assert out.returncode == 0, out.stderr[-2000:]
+
+    return RunDir.of(made_once(tmp_path_factory, "default-flags", run), "default")
 
 
 def records(rundir: RunDir) -> list[dict]:
