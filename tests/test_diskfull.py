@@ -6,8 +6,9 @@ otherwise) and fills it with a file of its own, leaving as many pages free as re
 under test: tmpfs hands out space in pages, so the count is exact. Then the stage runs as the
 CLI, in a process of its own, and must end with status 2 and that one line (no traceback), leave
 the run's earlier files byte-identical (or, for an appended file, its earlier lines, and no line
-cut short), and leave no temporary file behind; with the space freed the same command completes.
-Every stage takes the run lock first, which writes a line into `<root>/.<run>.lock`: one page.
+cut short), and leave no temporary file behind; with the space freed the same command completes
+(in the test's own process, where only its completing counts). Every stage takes the run lock
+first, which writes a line into `<root>/.<run>.lock`: one page.
 """
 
 from __future__ import annotations
@@ -179,7 +180,7 @@ def test_export_leaves_the_previous_model(volume: Volume) -> None:
     assert_no_temporaries(root)
 
     volume.free()
-    assert train_cli(root, RUN, *flags).returncode == 0
+    assert train(root, RUN, *flags) == 0  # the same command, in this process
 
 
 def test_report_after_the_export(volume: Volume) -> None:
@@ -199,7 +200,7 @@ def test_report_after_the_export(volume: Volume) -> None:
     assert_no_temporaries(root)
 
     volume.free()
-    assert train_cli(root, RUN, *flags).returncode == 0
+    assert train(root, RUN, *flags) == 0  # the same command, in this process
 
 
 def test_transcript_line_cut_short_is_cut_off(volume: Volume) -> None:
