@@ -8,9 +8,8 @@ import os
 from pathlib import Path
 
 import pytest
-from support.runs import records, train, train_cli, write_data
+from support.runs import in_process, records, train, train_cli, write_data
 
-from gpt.__main__ import main as gpt_main
 from gpt.rundir import RunDir
 
 pytestmark = pytest.mark.slow
@@ -20,7 +19,7 @@ TWO_RANKS = ["--standalone", "--nproc_per_node=2"]
 
 def corpus(root: Path, run: str) -> RunDir:
     """The real load-corpus stage (in this process), char-level on the embedded default text."""
-    assert gpt_main(["load-corpus", "--root", str(root), "--run", run, "--tokenizer", "char"]) == 0
+    assert in_process("load-corpus", "--root", str(root), "--run", run, "--tokenizer", "char") == 0
     return RunDir.of(root, run)
 
 

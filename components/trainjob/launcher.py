@@ -254,17 +254,22 @@ def launch(
         grace, start + grace,
     )
     follower = LogFollower(pods, namespace, name, say).start()
+
+    def delete() -> None:
+        # The pods of a deleted TrainJob may run out their whole termination grace: nothing
+        # they print meanwhile is the step's, so stop following them first.
+        follower.stop()
+        _delete(api, namespace, name)
+
     try:
         with _sigterm_raises():
             final = _follow(api, namespace, name, obj, start + timeout, on_update, startup)
     except TrainJobStuck as e:
-        follower.stop()
-        _delete(api, namespace, name)
+        delete()
         raise TrainJobStuck(f"{e}; deleted it") from None
     except TrainJobTimeout:
         last_lines = log_tail(LOG_TAIL_LINES)  # before the delete takes the pods and their logs
-        follower.stop()
-        _delete(api, namespace, name)
+        delete()
         raise TrainJobTimeout(
             f"TrainJob {namespace}/{name} did not finish within {timeout:g} s; deleted it. "
             f"Log tail:\n{last_lines}"
@@ -274,13 +279,11 @@ def launch(
     except BaseException as e:
         # SIGTERM (KFP's Terminate), Ctrl-C, an API error: nobody follows the TrainJob any
         # more, so nothing may keep running for it.
-        follower.stop()
-        _delete(api, namespace, name)
+        delete()
         say(f"{_in_one_line(e)}: deleted TrainJob {namespace}/{name}")
         raise
     finally:
-        follower.finish()  # at once where it was stopped: the pods of a deleted TrainJob may
-        # take their whole termination grace to end
+        follower.finish()  # returns at once where delete() stopped it
     elapsed = time.monotonic() - start
     if failed := conditions(final).get("Failed"):
         raise TrainJobFailed(
