@@ -13,7 +13,6 @@ import time
 import pytest
 from cluster.kubelet import Kubelet, LogRotation
 from cluster.render import Rendered
-from support.runs import TINY_PIPELINE
 from support.trainjobs import TRAIN_FILES, stand_in
 
 from components.step.artifacts import (
@@ -339,42 +338,3 @@ def test_the_core_api_source_follows_pods_log_and_finds_node_zeros_newest_pod(co
     (followed,) = [r for r in core_v1.requests if "/log?" in r]
     assert followed.startswith("/api/v1/namespaces/ns/pods/j-node-0-0-ccccc/log?")
     assert "follow=True" in followed and "container=node" in followed
-
-
-# ---- the compiled pipeline, its logs rotated all along ------------------------------------------
-
-
-@pytest.mark.slow
-@pytest.mark.apiserver
-@pytest.mark.filterwarnings("ignore:You may be attemping:RuntimeWarning")
-def test_the_pipeline_delivers_every_artifact_through_logs_rotated_all_along(
-    trainer_cluster, tmp_path
-):
-    from kfp import components, local
-
-    from pipeline.__main__ import COMPILED
-
-    # Rotation at 2 KiB, looked at every 3 s: train-gpt's log (a progress line every step, for
-    # 4 s of training) is rotated while it is followed. The short stages' logs stay below it:
-    # on the test cluster a pod may end before the follower first looks (every 0.5 s), and
-    # then a plain read, as `kubectl logs` gives, is all there is.
-    trainer_cluster.kubelet.rotation = LogRotation(max_size=2048)
-    local.init(runner=local.SubprocessRunner(use_venv=False),
-               pipeline_root=str(tmp_path / "kfp"), raise_on_error=True)  # fmt: skip
-    pipeline = components.load_component_from_file(str(COMPILED))
-    pipeline(backend="trainjob", namespace=trainer_cluster.namespace, root="/gpt", run="tiny",
-             **{**TINY_PIPELINE, "log_interval": 1, "max_iters": 100_000,
-                "time_budget": 4.0})  # fmt: skip
-
-    train = next(run for name, run in trainer_cluster.runs.items() if name.startswith("train"))
-    assert list(train.pods[0].folder.glob("node.log.*")), "the train-gpt log was never rotated"
-    outputs = {p.parent.name: p for p in (tmp_path / "kfp").rglob("executor_output.json")}
-    metrics = json.loads(outputs["train-gpt"].read_text())["artifacts"]["metrics"]["artifacts"]
-    last = json.loads((tmp_path / "pvc/tiny/metrics/train.jsonl").read_text().splitlines()[-1])
-    assert metrics[0]["metadata"]["steps"] == last["step"] < 100_000
-    assert metrics[0]["metadata"]["train_loss"] == last["loss"]
-    assert "data:image/png;base64," in (outputs["train-gpt"].parent / "report").read_text()
-    corpus = json.loads(outputs["load-corpus"].read_text())["artifacts"]["corpus_stats"]
-    assert corpus["artifacts"][0]["metadata"]["vocab_size"] > 0
-    transcript = (outputs["generative-prompt"].parent / "transcript").read_text()
-    assert "> To be" in transcript and "> or not" in transcript
