@@ -11,8 +11,8 @@ on CUDA the allocator's peak, on a CPU the resident memory, sampled every half m
 Shapes: on CUDA GPT-2 124M at 16 and 64 sequences of 1,024 a micro-step, bf16 autocast, eager
 (vs_nanogpt measures the compiled programs, whole processes); on a CPU a model small beside its
 GPT-2 vocabulary (1 x 2 x 64, 8 sequences of 256), where the logits are nearly all of the memory,
-eager in float32 and compiled in bf16 autocast, with chunks of 512 rows (CPU_CHUNK_BYTES) so
-the 2,048 positions are four chunks, as GPT-2's 16 x 1,024 are on a GPU. Both with 50,257 ids
+eager in float32 and compiled in bf16 autocast, with chunks of 512 rows (`chunk_rows`) so the
+2,048 positions are four chunks, as GPT-2's 16 x 1,024 are on a GPU. Both with 50,257 ids
 (nanoGPT: 50,304, its padding trained as ids).
 """
 
@@ -33,7 +33,6 @@ from bench.vs_nanogpt import NANOGPT, REPO, require_nanogpt
 
 VOCAB = 50257
 CASES = ("nanoGPT", "ours, whole logits", "ours, chunked loss")
-CPU_CHUNK_BYTES = 512 * 50304 * 4
 
 
 def shapes(cuda: bool, quick: bool) -> list[dict[str, Any]]:
@@ -41,7 +40,8 @@ def shapes(cuda: bool, quick: bool) -> list[dict[str, Any]]:
         gpt2 = dict(n_layer=12, n_head=12, n_embd=768, block_size=1024, accum=1, compile=False,
                     dtype="bfloat16")
         return [dict(gpt2, micro_batch=m) for m in ([16] if quick else [16, 64])]
-    baby = dict(n_layer=1, n_head=2, n_embd=64, block_size=256, micro_batch=8, accum=2)
+    baby = dict(n_layer=1, n_head=2, n_embd=64, block_size=256, micro_batch=8, accum=2,
+                chunk_rows=512)
     return [dict(baby, compile=False, dtype="float32"), dict(baby, compile=True, dtype="bfloat16")]
 
 
@@ -82,7 +82,7 @@ def measure(case: str, shape: dict[str, Any], device: str) -> dict[str, Any]:
     torch.manual_seed(0)
     cuda = device == "cuda"
     if not cuda:
-        loss.CHUNK_BYTES = CPU_CHUNK_BYTES
+        loss.CHUNK_BYTES = shape["chunk_rows"] * 50304 * 4
     if case == "nanoGPT":
         model = _nanogpt_model(shape)
     else:
@@ -139,7 +139,6 @@ def run(quick: bool) -> Result:
     device = "cuda" if cuda else "cpu"
     result = Result("step_memory",
                     {"device": device, "shapes": shapes(cuda, quick),
-                     "chunk_bytes": None if cuda else CPU_CHUNK_BYTES,
                      "device_name": torch.cuda.get_device_name() if cuda else "cpu"},
                     ["case", "micro-batch", "mode", "peak", "float32 (B, T, V) tensors"])
     env = dict(os.environ, PYTHONPATH=str(REPO))

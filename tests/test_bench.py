@@ -187,14 +187,16 @@ def test_precision_trains_one_model_in_float32_and_bfloat16_whole_and_chunked(tm
 
 def test_step_memory_finds_the_chunked_loss_holds_a_fraction_of_the_logits(shared, tmp_path,
                                                                            monkeypatch):
-    """Eager, float32, on the CPU (the compiled mode left out: a minute of compiling): nanoGPT
-    holds about four float32 (B, T, V) tensors at its peak, our whole logits one fewer (dropped
-    as the forward returns, where nanoGPT keeps them through the backward), the chunked loss a
-    third of one."""
+    """Eager, float32, on the CPU (the compiled mode left out: a minute of compiling), at half
+    the benchmark's positions in four chunks as there (the logits still nearly all of the
+    memory): nanoGPT holds about four float32 (B, T, V) tensors at its peak, our whole logits one
+    fewer (dropped as the forward returns, where nanoGPT keeps them through the backward), the
+    chunked loss a fraction of one."""
     from bench import step_memory
 
-    shapes = step_memory.shapes
-    monkeypatch.setattr(step_memory, "shapes", lambda cuda, quick: shapes(cuda, quick)[:1])
+    eager = step_memory.shapes(cuda=False, quick=True)[0]
+    half = {**eager, **{k: eager[k] // 2 for k in ("micro_batch", "chunk_rows")}}
+    monkeypatch.setattr(step_memory, "shapes", lambda cuda, quick: [half])
     main(["--quick", "--results", str(tmp_path), "step_memory"])
     rows = {row["case"]: row for row in json.loads((tmp_path / "step_memory.json").read_text())
             ["rows"]}
