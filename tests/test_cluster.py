@@ -6,8 +6,10 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
+import shutil
 import threading
 import time
+from pathlib import Path
 
 import pytest
 import yaml
@@ -135,6 +137,26 @@ def test_the_log_folder_lists_pods_node_zero_first(tmp_path):
     assert logs.pods("ns", "j") == ["j-node-0-0-fghjk", "j-node-0-1-abcde"]
     assert logs.log("ns", "j-node-0-0-fghjk", 2) == "b\nc\n"
     assert "unavailable" in logs.log("ns", "gone", None)
+
+
+def test_a_pod_deleted_while_the_folder_is_listed_is_left_out(tmp_path, monkeypatch):
+    """The kubelet's delete moves a pod's folder away at any moment: one gone between the
+    listing and its read is not listed (it was an error that ended the step's wait)."""
+    for pod, index in (("j-node-0-0-fghjk", "0"), ("j-node-0-1-abcde", "1")):
+        (tmp_path / "ns" / pod).mkdir(parents=True)
+        labels = {"jobset.sigs.k8s.io/jobset-name": "j",
+                  "batch.kubernetes.io/job-completion-index": index}  # fmt: skip
+        (tmp_path / "ns" / pod / "labels.json").write_text(json.dumps(labels))
+    glob = Path.glob
+
+    def listed_then_deleted(self, pattern):
+        found = list(glob(self, pattern))
+        if pattern == "*/labels.json":  # node 1 deleted after the listing saw it
+            shutil.move(tmp_path / "ns" / "j-node-0-1-abcde", tmp_path / "deleted")
+        return iter(found)
+
+    monkeypatch.setattr(Path, "glob", listed_then_deleted)
+    assert LogDirPodLogs(tmp_path).pods("ns", "j") == ["j-node-0-0-fghjk"]
 
 
 # ---- names JobSet admits (kubernetes-sigs/jobset v0.12.0 pkg/webhooks/jobset_webhook.go) -------

@@ -205,13 +205,18 @@ class LogDirPodLogs:
     def refs(self, namespace: str, trainjob: str) -> list[PodRef]:
         found = []
         for labels_json in (self.root / namespace).glob("*/labels.json"):
-            labels = json.loads(labels_json.read_text())
+            # labels.json appears whole, once, when the pod is created, after its uid and
+            # first status; the status file is replaced whole as the pod goes on. A pod
+            # deleted since the glob (its folder moved away) is no longer listed, as the API
+            # server would not list it.
+            try:
+                labels, created = json.loads(labels_json.read_text()), labels_json.stat().st_mtime
+            except FileNotFoundError:
+                continue
             if labels.get(JOBSET_LABEL) == trainjob:
                 folder = labels_json.parent
-                # labels.json is written once, when the pod is created, after its uid and
-                # first status; the status file is replaced whole as the pod goes on.
                 found.append((labels, folder.name, _seen(
-                    _read(folder / UID_FILE), labels_json.stat().st_mtime,
+                    _read(folder / UID_FILE), created,
                     json.loads(_read(folder / STATUS_FILE) or "{}"))))  # fmt: skip
         return _newest_first(found)
 

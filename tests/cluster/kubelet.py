@@ -510,7 +510,9 @@ class Kubelet:
             **self.node_env,
         )
         (folder / UID_FILE).write_text(meta["uid"])
-        (folder / "labels.json").write_text(json.dumps(labels))
+        # Whole or not at all, as the API server shows a pod: the step lists pods by this file.
+        (folder / "labels.tmp").write_text(json.dumps(labels))
+        os.replace(folder / "labels.tmp", folder / "labels.json")
         (folder / "pod.json").write_text(json.dumps({"env": env, "argv": argv}, indent=1))
         work = folder / "cwd"
         work.mkdir()
