@@ -66,11 +66,13 @@ compile: $(STAMP)  ## compile the pipeline to pipeline/gpt_trainjobs_pipeline.ya
 
 # One process per core (more made every test slower: the CPU time grew by half), each with one
 # OpenMP thread (torch's pool is one thread per core, so the workers' pools would fight over the
-# cores: 21 CPU minutes instead of 16); the tests that take minutes start first
-# (tests/conftest.py). TEST_WORKERS=0 runs the suite in this one process.
+# cores: 21 CPU minutes instead of 16) and compiling torch.compile's kernels itself (inductor's
+# default, a pool of compile processes per worker, cost 3-9 s more CPU per cold compile test);
+# the tests that take minutes start first (tests/conftest.py). TEST_WORKERS=0 runs the suite in
+# this one process.
 TEST_WORKERS ?= $(shell nproc 2>/dev/null || echo 2)
 test: $(STAMP)  ## run the test suite
-	OMP_NUM_THREADS=1 $(PY) -m pytest -n $(TEST_WORKERS) --dist load --maxschedchunk 1 --durations=20
+	OMP_NUM_THREADS=1 TORCHINDUCTOR_COMPILE_THREADS=1 $(PY) -m pytest -n $(TEST_WORKERS) --dist load --maxschedchunk 1 --durations=20
 
 # Root with Buildah and mmdebstrap (apt-get install buildah mmdebstrap); skipped, with the reason,
 # elsewhere. Layers, the base image and the wheelhouse stay on the machine for the next run.
