@@ -1,5 +1,6 @@
-"""train-gpt under torchrun: two CPU ranks (gloo), one set of files, one effective batch, and
-recovery from a rank that dies."""
+"""train-gpt under torchrun: two CPU ranks (gloo), one set of files, one effective batch (two
+ranks started by the local backend, as a pipeline step on one machine runs them), and recovery
+from a rank that dies."""
 
 from __future__ import annotations
 
@@ -8,8 +9,10 @@ import os
 from pathlib import Path
 
 import pytest
-from support.runs import in_process, records, train, train_cli, write_data
+from support.runs import TINY, in_process, records, train, train_cli, write_data
 
+from components.step.dispatch import run_stage
+from components.trainjob.placement import Placement
 from gpt.rundir import RunDir
 
 pytestmark = pytest.mark.slow
@@ -23,17 +26,28 @@ def corpus(root: Path, run: str) -> RunDir:
     return RunDir.of(root, run)
 
 
-def test_two_ranks_train_the_same_effective_batch_and_write_one_set_of_files(root: Path) -> None:
+def test_two_ranks_train_the_same_effective_batch_and_write_one_set_of_files(
+    root: Path, monkeypatch
+) -> None:
+    """Two ranks through the local backend (the stage's torchrun command, as a TrainJob's
+    container runs it), against one process, one process in micro-steps and two ranks in
+    micro-steps."""
     # No dropout: its masks are random draws, and ranks draw from their own streams.
-    flags = ["--max_iters", "8", "--eval_interval", "4", "--ckpt_interval", "4", "--dropout", "0"]
+    steps = {"max_iters": 8, "eval_interval": 4, "ckpt_interval": 4, "dropout": 0}
+    flags = [a for k, v in steps.items() for a in (f"--{k}", str(v))]
     ddp = corpus(root, "ddp")
-    done = train_cli(root, "ddp", *flags, torchrun=TWO_RANKS)
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.count("done: 8 steps") == 1  # rank 0 alone reports
-    assert "2 process(es) on cpu, 1 thread(s) each" in done.stdout
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # one thread each, as the other runs here
+    said: list[str] = []
+    files = run_stage("train-gpt", {"root": str(root), "run": "ddp", **TINY, **steps},
+                      Placement(num_proc_per_node=2, timeout=300), backend="local",
+                      say=said.append)  # fmt: skip
+    out = "\n".join(said)
+    assert out.count("done: 8 steps") == 1  # rank 0 alone reports
+    assert "2 process(es) on cpu, 1 thread(s) each" in out
 
     recs = records(ddp)
     assert [r["step"] for r in recs] == list(range(1, 9))  # written once, not once per rank
+    assert files["metrics/train.jsonl"] == ddp.train_jsonl.read_bytes()  # what the step hands on
     assert sorted(p.name for p in ddp.ckpt_dir.iterdir()) == ["LATEST", "step-4", "step-8"]
     rngs = json.loads((ddp.ckpt_step(8) / "rng.json").read_text())
     assert sorted(rngs) == ["0", "1"] and rngs["0"]["torch"] != rngs["1"]["torch"]
