@@ -126,12 +126,17 @@ def test_a_failed_pod_is_retried_within_backoff_limit_then_fails_the_jobset(trai
     assert "Log tail:" in str(err.value)
 
 
+def pod_folder(root, pod: str, index: str) -> None:
+    """`<root>/ns/<pod>/labels.json`, as the kubelet writes it, for a pod of JobSet `pod[0]`."""
+    (root / "ns" / pod).mkdir(parents=True)
+    labels = {"jobset.sigs.k8s.io/jobset-name": pod[0],
+              "batch.kubernetes.io/job-completion-index": index}  # fmt: skip
+    (root / "ns" / pod / "labels.json").write_text(json.dumps(labels))
+
+
 def test_the_log_folder_lists_pods_node_zero_first(tmp_path):
     for pod, index in (("j-node-0-1-abcde", "1"), ("j-node-0-0-fghjk", "0"), ("k-node-0-0-x", "0")):
-        (tmp_path / "ns" / pod).mkdir(parents=True)
-        labels = {"jobset.sigs.k8s.io/jobset-name": pod[0],
-                  "batch.kubernetes.io/job-completion-index": index}  # fmt: skip
-        (tmp_path / "ns" / pod / "labels.json").write_text(json.dumps(labels))
+        pod_folder(tmp_path, pod, index)
         (tmp_path / "ns" / pod / "node.log").write_text("a\nb\nc\n")
     logs = LogDirPodLogs(tmp_path)
     assert logs.pods("ns", "j") == ["j-node-0-0-fghjk", "j-node-0-1-abcde"]
@@ -143,10 +148,7 @@ def test_a_pod_deleted_while_the_folder_is_listed_is_left_out(tmp_path, monkeypa
     """The kubelet's delete moves a pod's folder away at any moment: one gone between the
     listing and its read is not listed (it was an error that ended the step's wait)."""
     for pod, index in (("j-node-0-0-fghjk", "0"), ("j-node-0-1-abcde", "1")):
-        (tmp_path / "ns" / pod).mkdir(parents=True)
-        labels = {"jobset.sigs.k8s.io/jobset-name": "j",
-                  "batch.kubernetes.io/job-completion-index": index}  # fmt: skip
-        (tmp_path / "ns" / pod / "labels.json").write_text(json.dumps(labels))
+        pod_folder(tmp_path, pod, index)
     glob = Path.glob
 
     def listed_then_deleted(self, pattern):

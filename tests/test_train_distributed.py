@@ -9,7 +9,7 @@ import os
 from pathlib import Path
 
 import pytest
-from support.runs import TINY, in_process, records, train, train_cli, write_data
+from support.runs import TINY, as_flags, in_process, records, train, train_cli, write_data
 
 from components.step.dispatch import run_stage
 from components.trainjob.placement import Placement
@@ -34,7 +34,7 @@ def test_two_ranks_train_the_same_effective_batch_and_write_one_set_of_files(
     micro-steps."""
     # No dropout: its masks are random draws, and ranks draw from their own streams.
     steps = {"max_iters": 8, "eval_interval": 4, "ckpt_interval": 4, "dropout": 0}
-    flags = [a for k, v in steps.items() for a in (f"--{k}", str(v))]
+    flags = as_flags(steps)
     ddp = corpus(root, "ddp")
     monkeypatch.setenv("OMP_NUM_THREADS", "1")  # one thread each, as the other runs here
     said: list[str] = []

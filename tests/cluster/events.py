@@ -80,7 +80,12 @@ class EventRecorder:
     def _write(self, event: dict[str, Any]) -> None:
         folder = self.logs / event["metadata"]["namespace"] / EVENTS_DIR
         folder.mkdir(parents=True, exist_ok=True)
-        path = folder / f"{event['metadata']['name']}.json"
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(event))
-        os.replace(tmp, path)
+        write_whole(folder / f"{event['metadata']['name']}.json", json.dumps(event))
+
+
+def write_whole(path: Path, text: str) -> None:
+    """Write one of the test cluster's object files as the API server shows an object: whole or
+    not at all to a reader (a temporary name beside it, then a rename)."""
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)

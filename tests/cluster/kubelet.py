@@ -57,7 +57,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from cluster.events import EventRecorder
+from cluster.events import EventRecorder, write_whole
 from cluster.images import (
     PID1,
     CreateContainerError,
@@ -287,9 +287,7 @@ class _Status:
                 "name": NODE, "image": self.image, "imageID": "", "ready": "running" in state,
                 "restartCount": 0, "started": "running" in state, "state": state}]  # fmt: skip
         with self.lock:
-            tmp = self.path.with_suffix(".tmp")
-            tmp.write_text(json.dumps(status))
-            os.replace(tmp, self.path)
+            write_whole(self.path, json.dumps(status))
 
 
 class _ImagePull(threading.Thread):
@@ -510,9 +508,7 @@ class Kubelet:
             **self.node_env,
         )
         (folder / UID_FILE).write_text(meta["uid"])
-        # Whole or not at all, as the API server shows a pod: the step lists pods by this file.
-        (folder / "labels.tmp").write_text(json.dumps(labels))
-        os.replace(folder / "labels.tmp", folder / "labels.json")
+        write_whole(folder / "labels.json", json.dumps(labels))  # the step lists pods by it
         (folder / "pod.json").write_text(json.dumps({"env": env, "argv": argv}, indent=1))
         work = folder / "cwd"
         work.mkdir()
