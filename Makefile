@@ -114,7 +114,7 @@ wheelhouse:  ## fill WHEELHOUSE=DIR with the wheels both images install (on a co
 	@mkdir -p $(WHEELHOUSE)
 	{ for extra in '' serve storage pipeline build-system; do \
 		$(PYTHON) docker/requirements.py pyproject.toml $$extra || exit 1; done; } \
-		> $(WHEELHOUSE)/requirements.txt
+		> $(WHEELHOUSE)/requirements.txt.tmp && mv $(WHEELHOUSE)/requirements.txt.tmp $(WHEELHOUSE)/requirements.txt
 	$(PYTHON) -m pip wheel --wheel-dir $(WHEELHOUSE) --requirement $(WHEELHOUSE)/requirements.txt \
 		$(if $(TORCH_INDEX_URL),--extra-index-url $(TORCH_INDEX_URL))
 

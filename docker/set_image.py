@@ -64,9 +64,14 @@ def main(argv: list[str]) -> int:
         return 2
     path = Path(argv[0])
     repo, _, ref = argv[1].partition("=")
+    # Whole or not at all: a new file beside it, renamed over it (a full disk or a kill leaves
+    # the old kustomization, never half of one).
+    tmp = path.with_name(f".{path.name}.tmp")
     try:
-        path.write_text(set_image(path.read_text(), repo, ref))
+        tmp.write_text(set_image(path.read_text(), repo, ref))
+        tmp.replace(path)
     except (OSError, ValueError) as e:
+        tmp.unlink(missing_ok=True)
         print(f"set_image.py: error: {path}: {e}", file=sys.stderr)
         return 2
     print(f"{path}: {repo} -> {ref}")

@@ -12,6 +12,7 @@ import fnmatch
 import importlib.util
 import os
 import re
+import resource
 import shlex
 import shutil
 import subprocess
@@ -512,6 +513,28 @@ def test_set_image_refuses_what_it_cannot_do(repo: str, ref: str, error: str) ->
     text = (PROJECT / "runtimes" / "kustomization.yaml").read_text()
     with pytest.raises(ValueError, match=re.escape(error)):
         set_image(text, repo, ref)
+
+
+def test_set_image_on_a_full_disk_leaves_the_kustomization_whole(tmp_path: Path) -> None:
+    """A write cut short (here by a file-size limit, as a full volume would: EFBIG instead of
+    ENOSPC) leaves the old file, not the first bytes of the new one, and no temporary."""
+    kustomization = tmp_path / "kustomization.yaml"
+    before = (PROJECT / "runtimes" / "kustomization.yaml").read_text()
+    kustomization.write_text(before)
+    limit = len(before.encode()) // 2
+
+    def small_files() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    result = subprocess.run(
+        [sys.executable, str(DOCKER / "set_image.py"), str(kustomization),
+         "gpt-workload=registry.example.com/me/gpt-workload:v2"],
+        capture_output=True, text=True, preexec_fn=small_files,
+    )  # fmt: skip
+    assert result.returncode == 2
+    assert result.stderr.startswith(f"set_image.py: error: {kustomization}: ")
+    assert kustomization.read_text() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["kustomization.yaml"]
 
 
 def fake_tools(tmp_path: Path, **info_exits: int) -> dict:
