@@ -21,7 +21,7 @@ import torch
 from bench.harness import Result, Stats, default_corpus, fmt_stats, repeat, threads, timed
 from gpt.config.configs import TrainConfig
 from gpt.distributed import world as distributed
-from gpt.train_gpt import Trainer
+from gpt.training.trainer import Trainer
 
 
 @dataclass(frozen=True)
