@@ -57,7 +57,8 @@ def imports(path: Path) -> list[tuple[int, list[str]]]:
 
 
 def imports_of(path: Path, known: set[str]) -> set[str]:
-    """The project modules `path` imports (`from gpt.rundir import atomic` counts as gpt.rundir.atomic)."""
+    """The project modules `path` imports (`from gpt.rundir import atomic` counts as
+    gpt.rundir.atomic)."""
     return {n for _, names in imports(path) for n in names if n in known}
 
 
