@@ -28,7 +28,7 @@ from importlib import resources
 from pathlib import Path
 
 from bench.harness import SHARED, Result, Stats, fmt_stats
-from gpt.sources import EMBEDDED_ASSET
+from gpt.data.sources import EMBEDDED_ASSET
 
 PLAYS = SHARED / "data" / "shakespeare_plays.txt"
 CASES = [("gpt2", True), ("gpt2", False), ("char", False)]
@@ -38,7 +38,7 @@ PROJECT = Path(__file__).resolve().parent.parent
 # The raw tokenizer, alone: read the file in pieces, encode on every core, report the seconds.
 RAW = """
 import os, sys, time
-from gpt.tokenizer import gpt2_encoding
+from gpt.data.tokenizer import gpt2_encoding
 enc, spent = gpt2_encoding(), 0.0
 with open(sys.argv[1], encoding="utf-8", newline="") as f:
     rest = ""

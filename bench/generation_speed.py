@@ -4,9 +4,9 @@ train-gpt writes, loaded with AutoModelForCausalLM).
 
 The model has the default shape of `python -m gpt train-gpt` and the vocabulary of the default
 corpus, with random weights: speed does not depend on what the model learned. Greedy decoding
-of exactly 256 tokens (`gpt.sampling.measure_speed`), so both paths do the same work token for
-token. The prompt is the first 16 validation tokens of the default corpus. The default window
-(64 tokens) is shorter than the reply, so the cached path also pays for its window jumps;
+of exactly 256 tokens (`gpt.generation.sampling.measure_speed`), so both paths do the same work
+token for token. The prompt is the first 16 validation tokens of the default corpus. The default
+window (64 tokens) is shorter than the reply, so the cached path also pays for its window jumps;
 transformers' keeps every token in its cache instead (rotary positions go on past the window).
 """
 
@@ -20,13 +20,13 @@ import numpy as np
 import torch
 
 from bench.harness import Result, Stats, default_corpus, fmt_stats, threads
-from gpt.config import TrainConfig
-from gpt.export import save_export
-from gpt.model import GPT
-from gpt.rundir import DataMeta
-from gpt.sampling import Speed, measure_speed
-from gpt.settings import resolve_settings
-from gpt.tokenizer import load_tokenizer
+from gpt.config.configs import TrainConfig
+from gpt.data.tokenizer import load_tokenizer
+from gpt.generation.sampling import Speed, measure_speed
+from gpt.models.export import save_export
+from gpt.models.model import GPT
+from gpt.rundir.layout import DataMeta
+from gpt.training.resume_rule import resolve_settings
 
 NEW_TOKENS = 256
 PROMPT_TOKENS = 16

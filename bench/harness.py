@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from gpt.rundir import RunDir
+    from gpt.rundir.layout import RunDir
 
 RESULTS = Path(__file__).resolve().parent / "results"
 # ../shared beside the project: the larger corpora, the peers and the test API server; or a copy
@@ -106,8 +106,8 @@ def default_corpus(root: str | Path, run: str = "bench", **flags: Any) -> RunDir
     """`python -m gpt load-corpus` into run `run` under `root`, quietly: with no `flags` every
     default (the embedded corpus, the compacted GPT-2 tokenizer), what the default model trains
     on; `flags` are the stage's own (source, tokenizer, ...)."""
-    from gpt.config import CorpusConfig
-    from gpt.corpus import main as corpus_main
+    from gpt.config.configs import CorpusConfig
+    from gpt.load_corpus import main as corpus_main
 
     cfg = CorpusConfig(root=str(root), run=run, **flags)
     with contextlib.redirect_stdout(io.StringIO()):

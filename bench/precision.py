@@ -34,8 +34,8 @@ def largest_gap(reference: list[float], curve: list[float]) -> float:
 
 
 def loss_curve(root: Path, run: str) -> list[float]:
-    from gpt.report import read_jsonl
-    from gpt.rundir import RunDir
+    from gpt.rundir.layout import RunDir
+    from gpt.training.report import read_jsonl
 
     return [row["loss"] for row in read_jsonl(RunDir.of(root, run).train_jsonl) if "loss" in row]
 

@@ -76,8 +76,8 @@ def measure(case: str, shape: dict[str, Any], device: str) -> dict[str, Any]:
     """One case in this process: the peak bytes of two optimizer steps above what it held."""
     import torch
 
-    from gpt import loss
-    from gpt.model import GPT, GPTConfig
+    from gpt.models import loss
+    from gpt.models.model import GPT, GPTConfig
 
     torch.manual_seed(0)
     cuda = device == "cuda"

@@ -14,8 +14,8 @@ from __future__ import annotations
 import tempfile
 
 from bench.harness import Result, Stats, fmt_stats, repeat, timed
-from gpt.config import GPTConfig, TrainConfig
-from gpt.settings import resolve_settings
+from gpt.config.configs import GPTConfig, TrainConfig
+from gpt.training.resume_rule import resolve_settings
 
 # The default model's vocabulary: the compacted GPT-2 tokenizer on the embedded corpus is at most
 # max_vocab (8192) ids; its training split is 25,648 tokens.
@@ -30,8 +30,8 @@ def _trained(config: GPTConfig):
     """The model and an AdamW after one step: every moment tensor exists."""
     import torch
 
-    from gpt.model import GPT
-    from gpt.trainer import build_optimizer
+    from gpt.models.model import GPT
+    from gpt.training.trainer import build_optimizer
 
     torch.manual_seed(0)
     model = GPT(config)
@@ -45,8 +45,8 @@ def _trained(config: GPTConfig):
 
 def _save_seconds(config: GPTConfig, repeats: int) -> tuple[Stats, int, int]:
     """Seconds per `checkpoint.save` of a model of `config`, its bytes and parameters."""
-    from gpt import checkpoint
-    from gpt.rundir import RunDir
+    from gpt.rundir.layout import RunDir
+    from gpt.training import checkpoint
 
     model, optimizer = _trained(config)
     state = checkpoint.CheckpointState(checkpoint.TrainState(), config, ema_decay=0.0, data={},

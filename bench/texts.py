@@ -16,7 +16,7 @@ import tarfile
 import urllib.request
 from pathlib import Path
 
-from gpt.atomic import write_bytes
+from gpt.rundir.atomic import write_bytes
 
 CACHE = Path(__file__).resolve().parent / ".cache"
 FORTUNES_DE_URL = "http://deb.debian.org/debian/pool/main/f/fortunes-de/fortunes-de_0.35-1_all.deb"

@@ -59,15 +59,15 @@ import torch
 
 from bench import texts, vs_nanogpt
 from bench.harness import SHARED, Result
-from gpt import checkpoint
-from gpt.config import CorpusConfig, GPTConfig, TrainConfig
-from gpt.data import eval_batches, eval_offsets
-from gpt.export import load_unpadded
-from gpt.model import GPT
-from gpt.rundir import DataMeta, RunDir
-from gpt.spelling import spelling_of
+from gpt.config.configs import CorpusConfig, GPTConfig, TrainConfig
+from gpt.data.batches import eval_batches, eval_offsets
+from gpt.data.tokenizer import load_tokenizer
+from gpt.models.export import load_unpadded
+from gpt.models.model import GPT
+from gpt.models.spelling import spelling_of
+from gpt.rundir.layout import DataMeta, RunDir
 from gpt.stages import to_args
-from gpt.tokenizer import load_tokenizer
+from gpt.training import checkpoint
 
 REPO = Path(__file__).resolve().parents[1]
 # Each corpus's --source, found when a case needs it (the German text is fetched on first use).

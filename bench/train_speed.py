@@ -19,9 +19,9 @@ from dataclasses import dataclass, replace
 import torch
 
 from bench.harness import Result, Stats, default_corpus, fmt_stats, repeat, threads, timed
-from gpt import distributed
-from gpt.config import TrainConfig
-from gpt.trainer import Trainer
+from gpt.config.configs import TrainConfig
+from gpt.distributed import world as distributed
+from gpt.training.trainer import Trainer
 
 
 @dataclass(frozen=True)

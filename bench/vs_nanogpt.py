@@ -224,7 +224,7 @@ def row_of(shape: Shape, case: Case, runs: list[dict[str, Any]], flops: float,
 def prepare_data(shape: Shape, root: Path, quick: bool) -> tuple[str, int]:
     """`load-corpus` of the plays (a quick CPU run: the embedded text) into run `data` under
     `root`, the whole vocabulary kept; the run's name and its vocabulary size."""
-    from gpt.rundir import DataMeta
+    from gpt.rundir.layout import DataMeta
 
     source = "default" if quick and shape.device == "cpu" else str(PLAYS)
     rundir = default_corpus(root, "data", source=source, tokenizer=shape.tokenizer, compact=False,
@@ -267,9 +267,9 @@ def nanogpt_workdir(work: Path, data: Path, vocab_size: int | None) -> Path:
 def run(quick: bool) -> Result:
     import torch
 
-    from gpt.config import GPTConfig
-    from gpt.model import GPT
-    from gpt.trainer import PEAK_FLOPS
+    from gpt.config.configs import GPTConfig
+    from gpt.models.model import GPT
+    from gpt.training.trainer import PEAK_FLOPS
 
     require_nanogpt()
     cuda = torch.cuda.is_available()

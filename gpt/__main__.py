@@ -1,8 +1,9 @@
 """`python -m gpt <stage> [--flag value ...]`: the single command line for every stage.
 
-The stages are gpt/stages.py's table; a stage's flags are its config's fields (gpt/config.py),
-parsed by gpt/cli.py. Bad input, and a full volume, end with one line on stderr and exit status
-EXIT_FATAL (2); a stage stopped by SIGTERM at a checkpoint exits EXIT_STOPPED (gpt/errors.py).
+The stages are gpt/stages.py's table; a stage's flags are its config's fields
+(gpt/config/configs.py), parsed by gpt/config/cli.py. Bad input, and a full volume, end with one
+line on stderr and exit status EXIT_FATAL (2); a stage stopped by SIGTERM at a checkpoint exits
+EXIT_STOPPED (gpt/errors.py).
 """
 
 from __future__ import annotations
@@ -10,12 +11,12 @@ from __future__ import annotations
 import os
 import sys
 
-from gpt import runlock
-from gpt.cli import parse_config
+from gpt.config.cli import parse_config
+from gpt.distributed.orphans import die_with_parent
 from gpt.errors import EXIT_FATAL, EXIT_STOPPED, InputError
-from gpt.orphans import die_with_parent
+from gpt.rundir import runlock
 from gpt.stages import STAGES
-from gpt.stopping import Stopped
+from gpt.training.stopping import Stopped
 
 USAGE = "usage: python -m gpt <stage> [--help] [flags]\n\nstages:\n" + "".join(
     f"  {name:<18} {stage.summary}\n" for name, stage in STAGES.items()

@@ -28,8 +28,8 @@ class DiskFull(InputError):
     """No space left (ENOSPC), or no quota left (EDQUOT), on the volume while writing `path`.
 
     Reported like bad input, one line and EXIT_FATAL: a retry fails the same way until someone
-    frees space. gpt/atomic.py's writers raise it once their temporary files are gone, so what
-    was there before the write is all that is left.
+    frees space. gpt/rundir/atomic.py's writers raise it once their temporary files are gone, so
+    what was there before the write is all that is left.
     """
 
     def __init__(self, path: Path | str, what: str) -> None:

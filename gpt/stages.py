@@ -1,11 +1,12 @@
 """The stage table: each stage of the pipeline is one row, and every name it has derives from one.
 
 A stage's name is its pipeline step's name (`train-gpt`); from it come the command line
-`python -m gpt train-gpt` (under torchrun: `torchrun ... -m gpt -- train-gpt`), the
-ClusterTrainingRuntime `gpt-train-gpt` (runtimes/) and the KFP component module
-`components/train_gpt.py`. The CLI (gpt/cli.py), the components (components/step/dispatch.py), the
-local backend and the tests all read this table. No PyTorch here: a stage's module, which does
-the work, is imported only when the stage runs. See docs/architecture.md.
+`python -m gpt train-gpt` (under torchrun: `torchrun ... -m gpt -- train-gpt`), the module that
+runs it (`gpt/train_gpt.py`), the ClusterTrainingRuntime `gpt-train-gpt` (runtimes/) and the KFP
+component module (`components/train_gpt.py`). The CLI (gpt/config/cli.py), the components
+(components/step/dispatch.py), the local backend and the tests all read this table. No PyTorch
+here: a stage's module, which does the work, is imported only when the stage runs. See
+docs/architecture.md.
 """
 
 from __future__ import annotations
@@ -15,8 +16,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from gpt.config import CorpusConfig, PromptConfig, RunConfig, TrainConfig
-from gpt.rundir import RunDir, RunFile
+from gpt.config.configs import CorpusConfig, PromptConfig, RunConfig, TrainConfig
+from gpt.rundir.layout import RunDir, RunFile
 
 
 @dataclass(frozen=True)
@@ -26,9 +27,7 @@ class Stage:
     summary: str
     """One line for `python -m gpt --help`."""
     config: type[RunConfig]
-    """Its flags (gpt/config.py)."""
-    module: str
-    """The module whose `main(cfg)` runs the stage (imported when it runs: PyTorch)."""
+    """Its flags (gpt/config/configs.py)."""
     outputs: tuple[RunFile, ...]
     """Run-directory files the component turns into KFP artifacts."""
     distributed: bool = False
@@ -38,6 +37,12 @@ class Stage:
     def runtime(self) -> str:
         """The ClusterTrainingRuntime its TrainJobs run against (runtimes/<runtime>.yaml)."""
         return f"gpt-{self.name}"
+
+    @property
+    def module(self) -> str:
+        """The module whose `main(cfg)` runs the stage (gpt/<name with underscores>.py; imported
+        when the stage runs: PyTorch)."""
+        return "gpt." + self.name.replace("-", "_")
 
     @property
     def component_module(self) -> str:
@@ -68,14 +73,12 @@ LOAD_CORPUS = Stage(
     "load-corpus",
     "fetch, clean and tokenize a text",
     CorpusConfig,
-    "gpt.corpus",
     (RunDir.meta_json, RunDir.source_json),
 )
 TRAIN_GPT = Stage(
     "train-gpt",
     "train a GPT on the run's data, resumably",
     TrainConfig,
-    "gpt.trainer",
     (RunDir.train_jsonl, RunDir.report_md, RunDir.loss_png),
     distributed=True,
 )
@@ -83,7 +86,6 @@ GENERATIVE_PROMPT = Stage(
     "generative-prompt",
     "talk to the trained model",
     PromptConfig,
-    "gpt.prompt",
     (RunDir.transcript_jsonl,),
 )
 STAGES: dict[str, Stage] = {s.name: s for s in (LOAD_CORPUS, TRAIN_GPT, GENERATIVE_PROMPT)}

@@ -62,8 +62,8 @@ def run_pipeline_locally(
 ) -> dict[str, Any]:
     """Run the compiled pipeline with kfp.local's SubprocessRunner, under root/run_id.
 
-    The run's lock (gpt/runlock.py) is held for the whole pipeline, so a second pipeline on the
-    same run fails at once instead of interleaving its stages with ours; the stages, our child
+    The run's lock (gpt/rundir/runlock.py) is held for the whole pipeline, so a second pipeline on
+    the same run fails at once instead of interleaving its stages with ours; the stages, our child
     processes, run under it. The steps' outputs (metrics, report, transcript) are staged and land
     in root/kfp-outputs/<run>/ when the pipeline succeeds, so a pipeline killed half-way leaves
     none of them behind. kfp.local's workspace directory (which it deletes when the pipeline
@@ -72,8 +72,8 @@ def run_pipeline_locally(
     """
     from kfp import components, local
 
-    from gpt import atomic, runlock
-    from gpt.rundir import RunDir
+    from gpt.rundir import atomic, runlock
+    from gpt.rundir.layout import RunDir
 
     root = root.resolve()
     rundir = RunDir.of(root, run_id)

@@ -19,6 +19,19 @@ TESTS = PROJECT / "tests"
 PACKAGES = ("gpt", "components", "pipeline")
 # A package may import only those after it: pipeline/ -> components/ -> gpt/.
 ORDER = {"pipeline": 0, "components": 1, "gpt": 2}
+# Inside gpt/, its rooms (a subpackage, or a module at its top) in layers, each importing only
+# its own room and the layers below it; docs/architecture.md draws the same. A new room must be
+# placed here.
+GPT_LAYERS = [
+    {"__main__", *(s.name.replace("-", "_") for s in STAGES.values())},  # the command, the stages
+    {"training", "generation"},
+    {"models"},
+    {"stages"},
+    {"config"},
+    {"data", "distributed"},
+    {"rundir"},
+    {"errors"},
+]
 
 
 def modules() -> dict[str, Path]:
@@ -31,8 +44,8 @@ def modules() -> dict[str, Path]:
 
 
 def imports(path: Path) -> list[tuple[int, list[str]]]:
-    """Each import statement of `path` (line, the names it may load): `from gpt import atomic`
-    may load gpt and gpt.atomic."""
+    """Each import statement of `path` (line, the names it may load): `from gpt.rundir import
+    atomic` may load gpt.rundir and gpt.rundir.atomic."""
     found = []
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
@@ -44,7 +57,8 @@ def imports(path: Path) -> list[tuple[int, list[str]]]:
 
 
 def imports_of(path: Path, known: set[str]) -> set[str]:
-    """The project modules `path` imports (`from gpt import atomic` counts as gpt.atomic)."""
+    """The project modules `path` imports (`from gpt.rundir import atomic` counts as
+    gpt.rundir.atomic)."""
     return {n for _, names in imports(path) for n in names if n in known}
 
 
@@ -55,9 +69,9 @@ def graph() -> dict[str, set[str]]:
 
 def test_the_graph_is_read():
     g = graph()
-    assert {"gpt.trainer", "gpt.report", "components.trainjob.launcher",
+    assert {"gpt.train_gpt", "gpt.training.report", "components.trainjob.launcher",
             "pipeline.pipeline"} <= set(g)
-    assert "gpt.stages" in g["gpt.__main__"] and "gpt.atomic" in g["gpt.report"]
+    assert "gpt.stages" in g["gpt.__main__"] and "gpt.rundir.atomic" in g["gpt.training.report"]
     # an import inside a function counts
     assert "components.step.local_process" in g["components.step.dispatch"]
 
@@ -92,6 +106,27 @@ def test_no_import_runs_back_up():
             assert not dep.endswith("__main__"), f"{name} imports the entry module {dep}"
 
 
+def gpt_layer(module: str) -> int:
+    room = module.split(".")[1] if "." in module else "__init__"
+    if room == "__init__" or room == "assets":
+        return len(GPT_LAYERS)  # gpt/__init__.py holds a docstring alone
+    found = [i for i, layer in enumerate(GPT_LAYERS) if room in layer]
+    assert found, f"gpt.{room} is in no layer of GPT_LAYERS: place it there and in the docs' map"
+    return found[0]
+
+
+def test_gpt_rooms_import_downwards_only():
+    for name, deps in graph().items():
+        if not name.startswith("gpt.") or name == "gpt.__init__":
+            continue
+        for dep in (d for d in deps if d.startswith("gpt.")):
+            here, there = gpt_layer(name), gpt_layer(dep)
+            same_room = name.split(".")[1] == dep.split(".")[1]
+            assert same_room or there > here, (
+                f"{name} imports {dep}: gpt.{dep.split('.')[1]} is not below "
+                f"gpt.{name.split('.')[1]} (GPT_LAYERS)")
+
+
 def test_each_stage_is_one_row_with_its_names_derived():
     for name, stage in STAGES.items():
         assert stage.name == name
@@ -120,10 +155,15 @@ def test_tests_share_code_through_support_alone():
 
 def test_no_two_modules_share_a_name():
     # `stages.py` in gpt/ and in components/ was two things under one name; a name says one.
+    # A stage's two halves are the exception the stage table makes: gpt/<stage>.py runs it,
+    # components/<stage>.py is its KFP component, both named from the stage (gpt/stages.py).
     conventional = {"__init__", "__main__", "conftest"}
+    halves = {(f"gpt/{s.name.replace('-', '_')}.py", f"components/{s.name.replace('-', '_')}.py")
+              for s in STAGES.values()}  # fmt: skip
     seen: dict[str, list[str]] = {}
     for folder in ("gpt", "components", "pipeline", "tests", "bench"):
         for path in sorted((PROJECT / folder).rglob("*.py")):
             if path.stem not in conventional and ".venv" not in path.parts:
                 seen.setdefault(path.stem, []).append(str(path.relative_to(PROJECT)))
-    assert not {name: paths for name, paths in seen.items() if len(paths) > 1}
+    assert not {name: paths for name, paths in seen.items()
+                if len(paths) > 1 and tuple(sorted(paths, reverse=True)) not in halves}

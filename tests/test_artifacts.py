@@ -8,8 +8,8 @@ import re
 from html.parser import HTMLParser
 
 from components.step.artifacts import LOSS_PNG, REPORT_MD, TRAIN_JSONL, train_report_html
-from gpt import report
-from gpt.rundir import RunDir
+from gpt.rundir.layout import RunDir
+from gpt.training import report
 
 
 class _Page(HTMLParser):
@@ -37,7 +37,7 @@ class _Page(HTMLParser):
 
 
 def _run_files(tmp_path, command: str) -> dict[str, bytes]:
-    """The files a real train-gpt run carries back, written by gpt/report.py."""
+    """The files a real train-gpt run carries back, written by gpt/training/report.py."""
     run = RunDir.of(tmp_path, "r")
     run.train_jsonl.parent.mkdir(parents=True)
     records = [{"step": s, "loss": 5.0 - s / 100, "tokens_per_s": 12345.4} for s in range(1, 101)]

@@ -9,7 +9,7 @@ import pytest
 import safetensors.torch
 import torch
 
-from gpt import atomic
+from gpt.rundir import atomic
 
 
 def test_failed_write_leaves_the_old_file_and_no_temp(tmp_path) -> None:

@@ -209,8 +209,8 @@ def test_step_memory_finds_the_chunked_loss_holds_a_fraction_of_the_logits(share
 def test_on_cuda_both_trainers_get_gpt2_124m_at_the_same_tokens_per_step(tmp_path):
     """The GPU comparison, checked without a GPU: the command lines each case would run."""
     from bench import vs_nanogpt
-    from gpt.cli import parse_config
-    from gpt.config import TrainConfig
+    from gpt.config.cli import parse_config
+    from gpt.config.configs import TrainConfig
 
     shape = vs_nanogpt.shape_for(cuda=True, quick=False)
     splits = set()
@@ -262,14 +262,14 @@ def test_a_childs_peak_memory_is_its_own_not_that_of_the_process_it_was_spawned_
 
 def test_stop_checkpoint_times_the_checkpoint_a_sigterm_writes(monkeypatch):
     from bench import stop_checkpoint
-    from gpt.config import TrainConfig
-    from gpt.settings import resolve_settings
+    from gpt.config.configs import TrainConfig
+    from gpt.training.resume_rule import resolve_settings
 
     model = resolve_settings(TrainConfig(n_layer=1, n_embd=32, n_head=2), 64, 1000).model
     monkeypatch.setattr(stop_checkpoint, "MODELS", {"tiny": model})
     (row,) = stop_checkpoint.run(quick=True).rows
     # Weights and AdamW's two moments, float32: at least three copies of the parameters.
-    from gpt.model import GPT
+    from gpt.models.model import GPT
 
     params = sum(p.numel() for p in GPT(model).parameters())
     assert row["bytes"] >= 3 * 4 * params

@@ -13,7 +13,7 @@ import pytest
 import torch
 from support.runs import ONE_THREAD, TINY_FLAGS, records, train, write_data
 
-from gpt import checkpoint
+from gpt.training import checkpoint
 
 
 class Payload:

@@ -29,7 +29,7 @@ from support.trainjobs import STEPS, stand_in, train_on_cluster, two_nodes_unint
 from components.step.dispatch import run_stage
 from components.trainjob.launcher import GROUP, PLURAL, VERSION, TrainJobFailed
 from components.trainjob.placement import Placement
-from gpt.rundir import RunDir
+from gpt.rundir.layout import RunDir
 from pipeline.__main__ import COMPILED
 
 pytestmark = [pytest.mark.slow, pytest.mark.apiserver]

@@ -18,7 +18,7 @@ from support.runs import TINY_DDP, as_flags, records, train, write_data
 from support.trainjobs import STEPS, train_on_cluster, two_nodes_uninterrupted
 
 from components.trainjob.launcher import GROUP, VERSION, TrainJobFailed
-from gpt.rundir import RunDir
+from gpt.rundir.layout import RunDir
 
 pytestmark = [pytest.mark.slow, pytest.mark.apiserver]
 

@@ -9,8 +9,8 @@ from typing import Literal
 
 import pytest
 
-from gpt.cli import build_parser, field_docs, parse_config
-from gpt.config import RunConfig
+from gpt.config.cli import build_parser, field_docs, parse_config
+from gpt.config.configs import RunConfig
 
 
 @dataclass
@@ -70,7 +70,7 @@ def test_gpt_help_lists_stages_and_unknown_stage_exits_2() -> None:
 
 
 def test_idle_timeout_zero_waits_forever_and_a_negative_one_is_refused() -> None:
-    from gpt.config import PromptConfig
+    from gpt.config.configs import PromptConfig
 
     assert PromptConfig(idle_timeout=0).idle_timeout == 0  # 0: no limit, as top_k's 0
     with pytest.raises(ValueError, match=r"--idle_timeout -1: must be >= 0 seconds"):

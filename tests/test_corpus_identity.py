@@ -25,8 +25,8 @@ import pytest
 PROJECT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(PROJECT))  # run as a script to re-record
 
-from gpt.config import CorpusConfig  # noqa: E402
-from gpt.corpus import main  # noqa: E402
+from gpt.config.configs import CorpusConfig  # noqa: E402
+from gpt.load_corpus import main  # noqa: E402
 
 FIXTURES = Path(__file__).parent / "fixtures"
 DIGESTS = FIXTURES / "corpus_digests.json"

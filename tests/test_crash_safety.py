@@ -30,7 +30,7 @@ import pytest
 from support.once import made_once
 from support.runs import TINY_PIPELINE
 
-from gpt.atomic import _LEFTOVER
+from gpt.rundir.atomic import _LEFTOVER
 
 PROJECT = Path(__file__).resolve().parent.parent
 RUN = "crash"

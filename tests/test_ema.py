@@ -1,4 +1,4 @@
-"""The weight average train-gpt evaluates and exports (gpt/ema.py)."""
+"""The weight average train-gpt evaluates and exports (gpt/training/ema.py)."""
 
 from __future__ import annotations
 
@@ -10,13 +10,13 @@ import torch
 from safetensors.torch import load_file
 from support.runs import train, write_data
 
-from gpt import checkpoint
-from gpt.config import DEFAULT_EMA_DECAY, GPTConfig, TrainConfig
-from gpt.ema import WeightAverage
-from gpt.export import load_export
-from gpt.model import GPT
-from gpt.rundir import RunDir
-from gpt.settings import resolve_settings
+from gpt.config.configs import DEFAULT_EMA_DECAY, GPTConfig, TrainConfig
+from gpt.models.export import load_export
+from gpt.models.model import GPT
+from gpt.rundir.layout import RunDir
+from gpt.training import checkpoint
+from gpt.training.ema import WeightAverage
+from gpt.training.resume_rule import resolve_settings
 
 
 def _model() -> GPT:

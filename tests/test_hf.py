@@ -1,5 +1,5 @@
 """model/ is a Hugging Face directory: the real transformers loads it offline, with no custom
-code, and computes what our model computes (gpt/hf.py, gpt/export.py).
+code, and computes what our model computes (gpt/models/hf.py, gpt/models/export.py).
 
 Every model option maps to an architecture transformers knows (rotary: GPT-NeoX; learned
 positions: GPT-2; squared ReLU or GELU; with or without bias); the default one is held to the
@@ -16,11 +16,11 @@ import pytest
 import torch
 from support.models import CORPUS, PROMPTS, peaked
 
-from gpt.config import SamplingConfig
-from gpt.export import load_export, save_export
-from gpt.model import GPT, GPTConfig
-from gpt.sampling import generate
-from gpt.tokenizer import CharTokenizer, GPT2Tokenizer, Tokenizer
+from gpt.config.configs import SamplingConfig
+from gpt.data.tokenizer import CharTokenizer, GPT2Tokenizer, Tokenizer
+from gpt.generation.sampling import generate
+from gpt.models.export import load_export, save_export
+from gpt.models.model import GPT, GPTConfig
 
 transformers = pytest.importorskip("transformers")
 

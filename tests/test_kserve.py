@@ -13,7 +13,7 @@ from apiserver import apply_crds, namespace
 from cluster.kserve_webhook import Refused, admit, pvc_mount
 
 from components.trainjob.launcher import RUN_LABEL
-from gpt.rundir import RunDir
+from gpt.rundir.layout import RunDir
 
 PROJECT = Path(__file__).resolve().parent.parent
 MANIFEST = PROJECT / "manifests" / "serve" / "inferenceservice.yaml"

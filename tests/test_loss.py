@@ -1,4 +1,4 @@
-"""The chunked output-head loss (gpt/loss.py) against `F.cross_entropy` of the whole logits:
+"""The chunked output-head loss (gpt/models/loss.py) against `F.cross_entropy` of the whole logits:
 loss and gradients to 1e-6, with ignored targets and padding ids, under autocast, and how much
 memory it saves."""
 
@@ -12,7 +12,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from gpt.loss import CHUNK_BYTES, linear_cross_entropy, rows_per_chunk
+from gpt.models.loss import CHUNK_BYTES, linear_cross_entropy, rows_per_chunk
 
 N, C, V, VOCAB = 100, 24, 128, 67  # rows, width, padded vocabulary, real ids (67 -> 128)
 
@@ -101,7 +101,7 @@ def test_chunks_hold_at_most_a_gib_of_float32_logits():
 # the peak counts them and only them).
 _PEAK = """
 import resource, sys, torch, torch.nn.functional as F
-from gpt.loss import linear_cross_entropy
+from gpt.models.loss import linear_cross_entropy
 torch.manual_seed(0)
 rows, width, vocab = 4096, 64, 50304
 x = torch.randn(rows, width, requires_grad=True)

@@ -8,9 +8,11 @@ import torch.nn.functional as F
 from safetensors.torch import load_file
 from support.runs import TINY_MODEL
 
-from gpt import loss as chunked
-from gpt.config import SamplingConfig
-from gpt.model import (
+from gpt.config.configs import SamplingConfig
+from gpt.data.tokenizer import CharTokenizer
+from gpt.generation.sampling import generate, new_generator
+from gpt.models import loss as chunked
+from gpt.models.model import (
     GPT,
     Dropout,
     GPTConfig,
@@ -20,9 +22,7 @@ from gpt.model import (
     causal_attention,
     dropout_mask,
 )
-from gpt.sampling import generate, new_generator
-from gpt.spelling import spell
-from gpt.tokenizer import CharTokenizer
+from gpt.models.spelling import spell
 
 # The tiny model with two blocks (so that what passes from one block to the next is checked too),
 # over 67 ids (not a multiple of 64: the embedding is padded).
@@ -233,7 +233,7 @@ def test_padding_ids_are_never_sampled(model: GPT) -> None:
 
 
 def test_export_round_trip_keeps_the_model_and_leaves_out_padding(tmp_path, model: GPT) -> None:
-    from gpt.export import load_export, save_export
+    from gpt.models.export import load_export, save_export
 
     save_export(model, CharTokenizer("ab"), tmp_path / "model")
     stored = load_file(tmp_path / "model" / "model.safetensors")
@@ -252,7 +252,7 @@ def test_export_of_another_shape_gets_one_line(tmp_path, model: GPT) -> None:
     import json
 
     from gpt.errors import InputError
-    from gpt.export import load_export, save_export
+    from gpt.models.export import load_export, save_export
 
     save_export(model, CharTokenizer("ab"), tmp_path / "model")
     config = tmp_path / "model" / "config.json"
@@ -266,7 +266,7 @@ def test_export_refuses_a_pickle_in_place_of_safetensors(tmp_path, monkeypatch, 
     import pickle
 
     from gpt.errors import InputError
-    from gpt.export import load_export, save_export
+    from gpt.models.export import load_export, save_export
 
     monkeypatch.chdir(tmp_path)  # where the payload would write if it ever ran
     save_export(model, CharTokenizer("ab"), tmp_path / "model")

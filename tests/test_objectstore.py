@@ -27,10 +27,10 @@ pytest.importorskip("moto", reason="the S3 test server is moto's (the dev extra)
 from support.runs import train_cli, write_data  # noqa: E402
 
 from bench.s3server import AWS_VARIABLES, BUCKET, S3Server  # noqa: E402
-from gpt import objectstore  # noqa: E402
-from gpt.config import CorpusConfig  # noqa: E402
-from gpt.corpus import main as load_corpus  # noqa: E402
-from gpt.objectstore import LOADED_BY, MANIFEST, Store  # noqa: E402
+from gpt.config.configs import CorpusConfig  # noqa: E402
+from gpt.data import objectstore  # noqa: E402
+from gpt.data.objectstore import LOADED_BY, MANIFEST, Store  # noqa: E402
+from gpt.load_corpus import main as load_corpus  # noqa: E402
 
 FIXTURES = Path(__file__).parent / "fixtures"
 PROJECT = Path(__file__).resolve().parent.parent
@@ -198,7 +198,7 @@ def test_a_source_outside_object_storage_imports_no_storage_package(tmp_path):
 
 # Downloads `uri` with load-corpus's code to argv[2] and prints its peak resident memory: the
 # grandchild of a small parent, whose ru_maxrss is its own (tests/test_corpus.py says why).
-_DOWNLOAD = ("import sys; from pathlib import Path; from gpt.objectstore import Store; "
+_DOWNLOAD = ("import sys; from pathlib import Path; from gpt.data.objectstore import Store; "
              "Store(sys.argv[1], '--source').download(sys.argv[1], Path(sys.argv[2]), 1 << 40)")
 _MEASURE = ("import os, subprocess, sys; p = subprocess.Popen(sys.argv[1:], "
             "stdout=subprocess.DEVNULL); _, status, usage = os.wait4(p.pid, 0); "
@@ -284,7 +284,7 @@ def test_gcsfs_is_what_serves_gs():
 
 
 def model_dir(path: Path, weights: int = 1 << 20) -> Path:
-    """A model/ as gpt/export.py writes one, with `weights` bytes of weights."""
+    """A model/ as gpt/models/export.py writes one, with `weights` bytes of weights."""
     path.mkdir(parents=True)
     (path / "config.json").write_text('{"model": 1}')
     (path / "generation_config.json").write_text("{}")
@@ -346,7 +346,7 @@ def test_export_refuses_a_bad_uri_and_names_an_unreachable_one(s3env, stopped_en
     assert (root / "exp" / "model" / "config.json").exists(), "the local export stands"
 
 
-_UPLOAD = ("import sys; from pathlib import Path; from gpt.objectstore import Store; "
+_UPLOAD = ("import sys; from pathlib import Path; from gpt.data.objectstore import Store; "
            "Store(sys.argv[1], '--export_uri').upload_dir(Path(sys.argv[2]))")
 
 

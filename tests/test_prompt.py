@@ -19,12 +19,12 @@ import pexpect
 import pytest
 from support.models import ENV, RUN, args, export, one_shot
 
-from gpt.config import SamplingConfig
-from gpt.export import WEIGHTS
-from gpt.model import GPT, GPTConfig
-from gpt.repl import GOODBYE, HOW_TO_LEAVE, NOTE, PROMPT, REPLY, Chat
-from gpt.rundir import RunDir
-from gpt.tokenizer import CharTokenizer, GPT2Tokenizer
+from gpt.config.configs import SamplingConfig
+from gpt.data.tokenizer import CharTokenizer, GPT2Tokenizer
+from gpt.generation.repl import GOODBYE, HOW_TO_LEAVE, NOTE, PROMPT, REPLY, Chat
+from gpt.models.export import WEIGHTS
+from gpt.models.model import GPT, GPTConfig
+from gpt.rundir.layout import RunDir
 
 TEXT = "ANTIPHOLUS: To be, or not to be, that is the question!\n"
 TIMEOUT = 20
@@ -178,7 +178,7 @@ def test_idle_timeout_ends_the_session(rundir: RunDir) -> None:
 def test_idle_terminal_redraws_the_prompt_for_someone_attaching_later(rundir: RunDir) -> None:
     # the redraw period is 10 s in production; shorten it for the test
     code = (
-        "import sys, gpt.repl, gpt.__main__; gpt.repl.REDRAW_EVERY_S = 0.3; "
+        "import sys, gpt.generation.repl, gpt.__main__; gpt.generation.repl.REDRAW_EVERY_S = 0.3; "
         "sys.exit(gpt.__main__.main(sys.argv[1:]))"
     )
     child = pexpect.spawn(
@@ -211,7 +211,7 @@ def test_pipe_one_prompt_per_line(rundir: RunDir) -> None:
 
 
 def test_pipe_a_line_too_long_is_skipped_and_the_session_goes_on(rundir: RunDir) -> None:
-    from gpt.repl import MAX_LINE_CHARS
+    from gpt.generation.repl import MAX_LINE_CHARS
 
     endless = "x" * (3 * MAX_LINE_CHARS + 5)  # read in bounded pieces, never held whole
     stdin = f"{endless}\nTo be\n{'y' * MAX_LINE_CHARS}\nquit\n"

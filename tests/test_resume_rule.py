@@ -1,5 +1,6 @@
-"""A checkpoint's typed state (gpt/checkpoint.py's `CheckpointState`) and the one rule for what a
-run's unset flags become, new or resumed (gpt/settings.py's `resolve_settings`)."""
+"""A checkpoint's typed state (gpt/training/checkpoint.py's `CheckpointState`) and the one rule for
+what a run's unset flags become, new or resumed (gpt/training/resume_rule.py's
+`resolve_settings`)."""
 
 from __future__ import annotations
 
@@ -11,11 +12,17 @@ from pathlib import Path
 import pytest
 from support.runs import train, write_data
 
-from gpt import checkpoint
-from gpt.checkpoint import CheckpointState, TrainState
-from gpt.config import DEFAULT_EMA_DECAY, DEFAULT_SPELLING, DROPOUT_REPEATED, GPTConfig, TrainConfig
+from gpt.config.configs import (
+    DEFAULT_EMA_DECAY,
+    DEFAULT_SPELLING,
+    DROPOUT_REPEATED,
+    GPTConfig,
+    TrainConfig,
+)
 from gpt.errors import InputError
-from gpt.settings import resolve_settings
+from gpt.training import checkpoint
+from gpt.training.checkpoint import CheckpointState, TrainState
+from gpt.training.resume_rule import resolve_settings
 
 # state.json as the code before the typed state wrote it (main at ff6af88, a TINY run of 4 steps
 # with --ema_decay 0.9 on write_data's text): the format on disk this code must keep reading.

@@ -11,14 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from gpt import atomic, runlock
 from gpt.__main__ import main as gpt_main
-from gpt.rundir import RunDir
+from gpt.rundir import atomic, runlock
+from gpt.rundir.layout import RunDir
 
 HOLD = """
 import sys, time
-from gpt import runlock
-from gpt.rundir import RunDir
+from gpt.rundir import runlock
+from gpt.rundir.layout import RunDir
 with runlock.hold(RunDir.of(sys.argv[1], "r"), "a holder"):
     print("held", flush=True)
     time.sleep(60)
@@ -123,7 +123,7 @@ def alive(pid: int) -> bool:
 
 ORPHAN = """
 import subprocess, sys, time
-from gpt.orphans import die_with_parent
+from gpt.distributed.orphans import die_with_parent
 child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
                          start_new_session=True, preexec_fn=die_with_parent)
 print(child.pid, flush=True)

@@ -146,7 +146,7 @@ CASES = {
         train_gpt,
         dict(run="run-1", n_layer=2, max_iters=30, warmup_iters=5, num_proc_per_node=2),
         "gpt-train-gpt",
-        ["python", "-m", "gpt.torchrun", "-m", "gpt", "--", "train-gpt"],
+        ["python", "-m", "gpt.distributed.torchrun", "-m", "gpt", "--", "train-gpt"],
     ),
     "generative-prompt": (
         generative_prompt,

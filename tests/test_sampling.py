@@ -7,9 +7,9 @@ import torch
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from gpt.config import SamplingConfig
-from gpt.model import GPT, GPTConfig
-from gpt.sampling import generate, new_generator, sample_next, top_p_filter
+from gpt.config.configs import SamplingConfig
+from gpt.generation.sampling import generate, new_generator, sample_next, top_p_filter
+from gpt.models.model import GPT, GPTConfig
 
 V, BLOCK = 50, 16
 PROMPT = [3, 14, 15, 9, 2, 6]

@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 from support.models import CORPUS, PROMPTS, peaked
 
-from gpt.export import save_export
-from gpt.model import GPTConfig
-from gpt.rundir import RunDir
-from gpt.tokenizer import GPT2Tokenizer
+from gpt.data.tokenizer import GPT2Tokenizer
+from gpt.models.export import save_export
+from gpt.models.model import GPTConfig
+from gpt.rundir.layout import RunDir
 
 openai = pytest.importorskip("openai")
 SERVE = Path(sys.executable).with_name("transformers")

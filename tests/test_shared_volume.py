@@ -15,7 +15,7 @@ import pytest
 from support.runs import train
 
 from gpt.__main__ import main as gpt_main
-from gpt.rundir import RunDir
+from gpt.rundir.layout import RunDir
 
 NOBODY = 65534  # not the uid that wrote the run
 

@@ -18,12 +18,12 @@ from pathlib import Path
 import pytest
 from support.web import GUTENBERG, Handler
 
-import gpt.cleaning
-import gpt.sources
-from gpt.cleaning import clean
+import gpt.data.cleaning
+import gpt.data.sources
+from gpt.data.cleaning import clean
+from gpt.data.sources import Document, Download, canonical, fetch_url, kind_of, read_document
+from gpt.data.sources import read_source as stream_source
 from gpt.errors import InputError
-from gpt.sources import Document, Download, canonical, fetch_url, kind_of, read_document
-from gpt.sources import read_source as stream_source
 
 FAST = Download(timeout=2.0, retries=2, backoff=0.01, max_bytes=1_000_000)
 
@@ -82,7 +82,7 @@ def test_text_without_markers_is_kept_as_is() -> None:
 
 def in_memory_cleaning(text: str) -> tuple[str, dict[str, int]]:
     """Cleaning as the in-memory stage did it, on the whole text at once (commit a355c1e,
-    gpt/sources.py `clean`): the reference for the streamed cleaning."""
+    gpt/data/sources.py `clean`): the reference for the streamed cleaning."""
     removed: dict[str, int] = {}
     if text.startswith("\ufeff"):
         text = text[1:]
@@ -130,10 +130,10 @@ def test_streamed_cleaning_equals_cleaning_the_whole_text(
     lines = rng.choices(LINES, k=rng.randint(1, 30))
     text = rng.choice(["\n", "\r\n", "\r"] if seed % 4 else ["\n"]).join(lines)
     text = ("\ufeff" if seed % 5 == 1 else "") + text + rng.choice(["", "\n"])
-    monkeypatch.setattr(gpt.cleaning, "LONG_LINE", 40)
+    monkeypatch.setattr(gpt.data.cleaning, "LONG_LINE", 40)
     expected, removed = in_memory_cleaning(text)
     for chunk in (1, 2, 3, 7, 64):
-        monkeypatch.setattr(gpt.sources, "CHUNK", chunk)
+        monkeypatch.setattr(gpt.data.sources, "CHUNK", chunk)
         if expected.strip():
             got = to_document("doc", text.encode(), tmp_path)
             assert (got, seed, chunk) == (expected, seed, chunk)

@@ -12,14 +12,14 @@ import torch
 from safetensors.torch import load_file
 from support.runs import TEXT, train, write_data
 
-from gpt import checkpoint
-from gpt.config import DEFAULT_SPELLING, GPTConfig, TrainConfig
-from gpt.export import load_export, save_export
-from gpt.model import GPT
-from gpt.rundir import RunDir
-from gpt.settings import resolve_settings
-from gpt.spelling import FREE_MIN_COUNT, free_vectors, spell
-from gpt.tokenizer import CharTokenizer, load_tokenizer
+from gpt.config.configs import DEFAULT_SPELLING, GPTConfig, TrainConfig
+from gpt.data.tokenizer import CharTokenizer, load_tokenizer
+from gpt.models.export import load_export, save_export
+from gpt.models.model import GPT
+from gpt.models.spelling import FREE_MIN_COUNT, free_vectors, spell
+from gpt.rundir.layout import RunDir
+from gpt.training import checkpoint
+from gpt.training.resume_rule import resolve_settings
 
 
 def test_a_token_is_spelt_in_its_bytes_and_its_marked_byte_pairs() -> None:

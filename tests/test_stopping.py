@@ -1,4 +1,5 @@
-"""SIGTERM is a checkpoint, not a loss (gpt/stopping.py): on one machine, one process and torchrun.
+"""SIGTERM is a checkpoint, not a loss (gpt/training/stopping.py): on one machine, one process and
+torchrun.
 
 The cluster's side (the signal reaching the trainer in a pod, the Job's failure policy) is
 tests/test_cluster_stop.py.
@@ -22,9 +23,9 @@ from safetensors.torch import load_file
 from support.runs import ONE_THREAD, TINY_FLAGS, default_flags_run, train, write_data
 
 from gpt.errors import EXIT_FATAL, EXIT_STOPPED
-from gpt.rundir import RunDir
+from gpt.rundir.layout import RunDir
 from gpt.stages import TRAIN_GPT
-from gpt.stopping import StopRequest
+from gpt.training.stopping import StopRequest
 
 # Long enough to be signalled mid-run, short enough for CI: a few seconds of a tiny model.
 FLAGS = ["--max_iters", "300", "--ckpt_interval", "125", "--eval_interval", "125",
@@ -43,7 +44,7 @@ def _same_weights(a: RunDir, b: RunDir) -> bool:
 def _command(root: Path, run: str, nproc: int) -> list[str]:
     torchrun = None
     if nproc > 1:
-        torchrun = [sys.executable, "-m", "gpt.torchrun", "--standalone",
+        torchrun = [sys.executable, "-m", "gpt.distributed.torchrun", "--standalone",
                     "--nproc_per_node", str(nproc)]
     return TRAIN_GPT.command(["--root", str(root), "--run", run, *TINY_FLAGS, *FLAGS],
                              python=[sys.executable], torchrun=torchrun)
@@ -78,8 +79,8 @@ def test_the_first_signal_is_noted_and_a_second_stops_at_once() -> None:
 @pytest.mark.parametrize("nproc", [1, 2])
 def test_sigterm_writes_a_checkpoint_and_the_rerun_resumes_bit_identical(tmp_path: Path,
                                                                         nproc: int) -> None:
-    """At a random step, with one process and under torchrun (gpt.torchrun): the status says
-    stopped, LATEST is the step it stopped at (no step after the last logged one is lost), and
+    """At a random step, with one process and under torchrun (gpt.distributed.torchrun): the status
+    says stopped, LATEST is the step it stopped at (no step after the last logged one is lost), and
     the same command then ends with the weights of an uninterrupted run."""
     for run in ("whole", "stopped"):
         write_data(tmp_path, run)

@@ -8,9 +8,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import gpt.tokenfiles
-from gpt.tokenfiles import SAFE_CUT, _at_cuts, chunks, tokenize_file
-from gpt.tokenizer import (
+import gpt.data.tokenfiles
+from gpt.data.tokenfiles import SAFE_CUT, _at_cuts, chunks, tokenize_file
+from gpt.data.tokenizer import (
     CharTokenizer,
     GPT2Tokenizer,
     always_kept,
@@ -40,7 +40,7 @@ def ids_of(folder: Path, dtype: str = "uint16") -> list[list[int]]:
 def test_gpt2_chunks_hold_the_whole_parts_ids(
     text: str, size: int, tmp_path: Path, monkeypatch
 ) -> None:
-    monkeypatch.setattr(gpt.tokenfiles, "CHUNK_CHARS", size)
+    monkeypatch.setattr(gpt.data.tokenfiles, "CHUNK_CHARS", size)
     path = tmp_path / "text.txt"
     path.write_text(text, encoding="utf-8", newline="")
     cut = int(len(text) * 0.9)
@@ -61,8 +61,8 @@ def test_compacted_ids_are_what_the_fitted_tokenizer_encodes(
 ) -> None:
     # Where max_vocab drops tokens the pieces holding them are encoded again: the ids are still
     # exactly what the tokenizer encodes, however the ids were chunked.
-    monkeypatch.setattr(gpt.tokenfiles, "CHUNK_CHARS", 4096)
-    monkeypatch.setattr(gpt.tokenfiles, "ID_CHUNK", id_chunk)
+    monkeypatch.setattr(gpt.data.tokenfiles, "CHUNK_CHARS", 4096)
+    monkeypatch.setattr(gpt.data.tokenfiles, "ID_CHUNK", id_chunk)
     text = COMEDY + NO_CUTS + ODD
     path = tmp_path / "text.txt"
     path.write_text(text, encoding="utf-8", newline="")
@@ -82,14 +82,14 @@ def test_a_large_capped_text_is_encoded_with_a_vocabulary_counted_on_a_spread_sa
     # Scaled down: 64 slices of 512 bytes, for texts above 128 KB. The text's head is English
     # (and ODD), its tail Japanese and Chinese without a newline: slices from the head alone
     # would miss the tail's tokens (no English token's merge parts are among them).
-    monkeypatch.setattr(gpt.tokenfiles, "VOCAB_SAMPLE_BYTES", 64 * 512)
-    monkeypatch.setattr(gpt.tokenfiles, "SAMPLED_ABOVE", 128 * 1024)
-    monkeypatch.setattr(gpt.tokenfiles, "CHUNK_CHARS", 4096)
+    monkeypatch.setattr(gpt.data.tokenfiles, "VOCAB_SAMPLE_BYTES", 64 * 512)
+    monkeypatch.setattr(gpt.data.tokenfiles, "SAMPLED_ABOVE", 128 * 1024)
+    monkeypatch.setattr(gpt.data.tokenfiles, "CHUNK_CHARS", 4096)
     head, tail = COMEDY * 2 + ODD, NO_CUTS * 40
     text = head + tail
     path = tmp_path / "text.txt"
     path.write_text(text, encoding="utf-8", newline="")
-    assert path.stat().st_size > gpt.tokenfiles.SAMPLED_ABOVE
+    assert path.stat().st_size > gpt.data.tokenfiles.SAMPLED_ABOVE
     cut = int(len(text) * 0.9)
     out = tokenize_file("gpt2", path, cut, compact=True, max_vocab=max_vocab, out=tmp_path)
     tok = out.tokenizer
@@ -107,7 +107,7 @@ def test_a_large_capped_text_is_encoded_with_a_vocabulary_counted_on_a_spread_sa
 
 
 def test_char_ids(tmp_path: Path, monkeypatch) -> None:
-    monkeypatch.setattr(gpt.tokenfiles, "CHUNK_CHARS", 100)
+    monkeypatch.setattr(gpt.data.tokenfiles, "CHUNK_CHARS", 100)
     path = tmp_path / "text.txt"
     path.write_text(ODD, encoding="utf-8", newline="")
     out = tokenize_file("char", path, 1234, compact=True, max_vocab=0, out=tmp_path)

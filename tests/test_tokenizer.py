@@ -19,8 +19,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpt.errors import InputError
-from gpt.tokenizer import (
+from gpt.data.tokenizer import (
     ENDOFTEXT,
     GPT2_EOT,
     RANKS_SHA256,
@@ -38,6 +37,7 @@ from gpt.tokenizer import (
     tokenizer_from_hf,
     tokenizer_from_json,
 )
+from gpt.errors import InputError
 
 COMEDY = (resources.files("gpt.assets") / "comedy_of_errors.txt").read_text(encoding="utf-8")
 ENGLISH = (
@@ -97,7 +97,7 @@ def test_gpt2_is_built_offline_without_tiktoken_cache(tmp_path: Path) -> None:
             raise AssertionError("network used")
         socket.socket.connect = refuse
         socket.create_connection = refuse
-        from gpt.tokenizer import GPT2Tokenizer
+        from gpt.data.tokenizer import GPT2Tokenizer
         print(GPT2Tokenizer().encode("Hello world"))
         """
     )

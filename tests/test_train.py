@@ -31,21 +31,21 @@ from support.runs import (
     write_data,
 )
 
-from gpt import checkpoint
-from gpt import trainer as trainer_module
 from gpt.__main__ import main as gpt_main
-from gpt.cli import build_parser
-from gpt.config import DROPOUT_REPEATED, TrainConfig
-from gpt.data import Batches, count_ids, eval_offsets
-from gpt.distributed import World, setup
-from gpt.divergence import NonFiniteLoss
-from gpt.export import load_export
-from gpt.model import GPT, GPTConfig
-from gpt.rundir import DataMeta, RunDir
-from gpt.settings import resolve_settings
-from gpt.spelling import spell, spelling_of
-from gpt.tokenizer import load_tokenizer
-from gpt.trainer import Trainer, lr_at
+from gpt.config.cli import build_parser
+from gpt.config.configs import DROPOUT_REPEATED, TrainConfig
+from gpt.data.batches import Batches, count_ids, eval_offsets
+from gpt.data.tokenizer import load_tokenizer
+from gpt.distributed.world import World, setup
+from gpt.models.export import load_export
+from gpt.models.model import GPT, GPTConfig
+from gpt.models.spelling import spell, spelling_of
+from gpt.rundir.layout import DataMeta, RunDir
+from gpt.training import checkpoint
+from gpt.training import trainer as trainer_module
+from gpt.training.divergence import NonFiniteLoss
+from gpt.training.resume_rule import resolve_settings
+from gpt.training.trainer import Trainer, lr_at
 
 
 def test_short_run_lowers_the_loss_and_writes_every_output(root: Path, capsys) -> None:
@@ -494,7 +494,7 @@ def test_a_compiled_step_trains_as_the_eager_one(root: Path) -> None:
 
 def test_compiling_by_default_needs_the_c_compiler_triton_would_find(monkeypatch,
                                                                      tmp_path: Path) -> None:
-    from gpt.trainer import c_compiler
+    from gpt.training.trainer import c_compiler
 
     monkeypatch.delenv("CC", raising=False)
     monkeypatch.setenv("PATH", str(tmp_path))  # no gcc, no clang

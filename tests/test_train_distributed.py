@@ -13,7 +13,7 @@ from support.runs import TINY, as_flags, in_process, records, train, train_cli, 
 
 from components.step.dispatch import run_stage
 from components.trainjob.placement import Placement
-from gpt.rundir import RunDir
+from gpt.rundir.layout import RunDir
 
 pytestmark = pytest.mark.slow
 

@@ -19,7 +19,7 @@ from typing import Any
 from markdown_it import MarkdownIt
 from markdown_it.token import Token
 
-from gpt.rundir import RunDir
+from gpt.rundir.layout import RunDir
 
 # The files a stage brings back, keyed by their path inside the run directory.
 META_JSON = RunDir.meta_json.rel
@@ -34,7 +34,7 @@ def _jsonl(data: bytes | None) -> list[dict[str, Any]]:
 
 
 def corpus_metrics(files: dict[str, bytes]) -> dict[str, float]:
-    """The numbers of meta.json (gpt/rundir.py's DataMeta): vocabulary, tokens and bytes of
+    """The numbers of meta.json (gpt/rundir/layout.py's DataMeta): vocabulary, tokens and bytes of
     each split."""
     if META_JSON not in files:
         raise ValueError(f"{META_JSON}: missing; the corpus stage wrote no data")

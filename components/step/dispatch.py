@@ -21,8 +21,8 @@ from typing import Any
 
 from components.step import context as step_context
 from components.trainjob.placement import Placement
-from gpt.cli import parse_config
-from gpt.rundir import RunDir
+from gpt.config.cli import parse_config
+from gpt.rundir.layout import RunDir
 from gpt.stages import STAGES, Stage, to_args
 
 BACKENDS = ("trainjob", "local")
@@ -33,8 +33,8 @@ _RFC1123 = re.compile(rf"^{_LABEL}$")
 # A Secret's name: a DNS subdomain (dot-separated RFC 1123 labels, 253 characters at most).
 _SUBDOMAIN = re.compile(rf"^{_LABEL}(\.{_LABEL})*$")
 # A KFP parameter cannot be None (kfp.local refuses it, and so do pipeline inputs): a component
-# parameter whose flag is unset by default (None in gpt/config.py) has this default instead, and
-# run_step leaves the flag out. The one "unset" of every component and of the pipeline.
+# parameter whose flag is unset by default (None in gpt/config/configs.py) has this default instead,
+# and run_step leaves the flag out. The one "unset" of every component and of the pipeline.
 UNSET = -1
 
 
@@ -155,7 +155,7 @@ def validate(
 
 
 def _parse_with_stage_config(stage: Stage, args: list[str]) -> None:
-    # The stages' configs (gpt/config.py) import no PyTorch, numpy or tiktoken, so they load
+    # The stages' configs (gpt/config/configs.py) import no PyTorch, numpy or tiktoken, so they load
     # here too, in the component image that has none of them.
     err = io.StringIO()
     try:
@@ -208,9 +208,10 @@ def run_stage(
     from components.trainjob.stagelog import container_command
 
     # torchrun takes --nnodes, --nproc_per_node, --node_rank, --master_addr/port from the PET_*
-    # variables the Trainer's torch policy sets from numNodes and numProcPerNode; gpt.torchrun is
-    # torchrun exiting with its workers' status, which the train runtime's failure policy reads.
-    torchrun = ["python", "-m", "gpt.torchrun"] if stage.distributed else None
+    # variables the Trainer's torch policy sets from numNodes and numProcPerNode;
+    # gpt.distributed.torchrun is torchrun exiting with its workers' status, which the train
+    # runtime's failure policy reads.
+    torchrun = ["python", "-m", "gpt.distributed.torchrun"] if stage.distributed else None
     program = stage.command(args, torchrun=torchrun)
     spec = launcher.TrainJobSpec(
         stage=stage.name,

@@ -1,14 +1,14 @@
 """One knob, one place: a component's `Args:` are its knobs' own docstrings.
 
 Every parameter of a component is a knob written once, as a dataclass field with a docstring
-under it: a flag of its stage (gpt/config.py; the same text is the flag's `--help`), or a knob
-of its step (`Placement`: nodes, processes, GPUs, deadlines; `StepKnobs`: backend, image,
+under it: a flag of its stage (gpt/config/configs.py; the same text is the flag's `--help`), or a
+knob of its step (`Placement`: nodes, processes, GPUs, deadlines; `StepKnobs`: backend, image,
 namespace, Secret). A component writes only its signature (KFP reads it, and runs the function's
 own source in the step's container) and the lines a knob does not describe: its outputs,
 `Returns:`. `documented` fills in the rest, and the pipeline takes its parameters and their
 texts from the components (pipeline/parameters.py), so a new training flag is two edits: its
-field in gpt/config.py and its line in components/train_gpt.py's signature. tests/test_knobs.py
-holds each signature's names, types and defaults to the fields'.
+field in gpt/config/configs.py and its line in components/train_gpt.py's signature.
+tests/test_knobs.py holds each signature's names, types and defaults to the fields'.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import docstring_parser
 
 from components.step.dispatch import UNSET, StepKnobs
 from components.trainjob.placement import Placement
-from gpt.cli import field_docs
+from gpt.config.cli import field_docs
 from gpt.stages import STAGES, Stage
 
 F = TypeVar("F", bound=Callable)

@@ -19,14 +19,14 @@ from collections.abc import Callable
 
 from components.trainjob.placement import Placement
 from components.trainjob.stagelog import LOG_TAIL_LINES
-from gpt.orphans import die_with_parent
+from gpt.distributed.orphans import die_with_parent
 from gpt.stages import Stage
 
 
 def command(stage: Stage, args: list[str], num_proc_per_node: int = 1) -> list[str]:
     """The process to start: this interpreter, through torchrun when more than one process."""
     if num_proc_per_node > 1:
-        torchrun = [sys.executable, "-m", "gpt.torchrun", "--standalone",
+        torchrun = [sys.executable, "-m", "gpt.distributed.torchrun", "--standalone",
                     f"--nproc_per_node={num_proc_per_node}"]
         return stage.command(args, torchrun=torchrun)
     return stage.command(args, python=[sys.executable])

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import torch
 
-from gpt.export import save_export
-from gpt.model import GPT, GPTConfig
-from gpt.rundir import RunDir
-from gpt.tokenizer import Tokenizer
+from gpt.data.tokenizer import Tokenizer
+from gpt.models.export import save_export
+from gpt.models.model import GPT, GPTConfig
+from gpt.rundir.layout import RunDir
 from support.runs import ONE_THREAD
 
 RUN = "t"  # the run `export` writes

@@ -1,9 +1,9 @@
 """Tiny runs: the one set of tiny settings every test trains with, a small `data/` written
 directly, and train-gpt run on it in this process or as a process of its own.
 
-The data follows load-corpus's contract (docs/architecture.md; `data/meta.json` is gpt/rundir.py's
-`DataMeta`) but is written here with numpy, char-level, so the trainer's tests do not depend on
-the corpus stage.
+The data follows load-corpus's contract (docs/architecture.md; `data/meta.json` is
+gpt/rundir/layout.py's `DataMeta`) but is written here with numpy, char-level, so the trainer's
+tests do not depend on the corpus stage.
 """
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ import pytest
 import torch
 
 from gpt.__main__ import main as gpt_main
-from gpt.rundir import DataMeta, RunDir
+from gpt.data.tokenizer import CharTokenizer
+from gpt.rundir.layout import DataMeta, RunDir
 from gpt.stages import TRAIN_GPT
-from gpt.tokenizer import CharTokenizer
 from support.once import made_once
 
 TEXT = (
@@ -32,8 +32,8 @@ TEXT = (
 ) * 40
 
 # The tiny run: a model and run small enough for a few seconds on a shared 2-core CPU, in
-# train-gpt's flag names (gpt/config.py). Every test's tiny settings are these, or a variant below
-# derived from them with the overrides it needs and why.
+# train-gpt's flag names (gpt/config/configs.py). Every test's tiny settings are these, or a variant
+# below derived from them with the overrides it needs and why.
 # (time_budget a float: the pipeline's parameter is one, and KFP refuses an integer there.)
 TINY = {
     "n_layer": 1, "n_head": 2, "n_embd": 32, "block_size": 16,

@@ -15,7 +15,7 @@ from components.step.dispatch import run_stage
 from components.trainjob.launcher import TrainJobSpec
 from components.trainjob.placement import Placement
 from components.trainjob.stagelog import container_command
-from gpt.rundir import RunDir
+from gpt.rundir.layout import RunDir
 from support.once import made_once
 from support.runs import TINY_DDP, write_data
 

@@ -1,7 +1,7 @@
 """The interactive prompt: read a line, stream the model's reply, repeat.
 
-Text lives here; the engine (`gpt.sampling`) knows only token ids. The same loop serves a person
-at a terminal (readline editing and history), a pipe (one prompt per line) and a person who
+Text lives here; the engine (`gpt.generation.sampling`) knows only token ids. The same loop serves a
+person at a terminal (readline editing and history), a pipe (one prompt per line) and a person who
 attaches to the pod's terminal later (`kubectl attach -it`): the prompt is flushed, printed again
 on an empty line, and re-drawn every few seconds while nobody types.
 
@@ -22,11 +22,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TextIO
 
-from gpt import atomic
-from gpt.config import SamplingConfig
-from gpt.model import GPT
-from gpt.sampling import generate, new_generator
-from gpt.tokenizer import Tokenizer
+from gpt.config.configs import SamplingConfig
+from gpt.data.tokenizer import Tokenizer
+from gpt.generation.sampling import generate, new_generator
+from gpt.models.model import GPT
+from gpt.rundir import atomic
 
 PROMPT = "GPT prompt > "
 REPLY = "GPT replying > "

@@ -6,8 +6,8 @@ are rotary by default, or GPT-2's learned table (`position`); the MLP uses a squ
 default, or GPT-2's GELU (`activation`): the defaults learned more per CPU-second here
 (bench/recipe_trials.md), and GPT-2's choices remain so the nanoGPT reference runs unchanged.
 While it trains, the embedding can be spelled: each row the mean of vectors shared by the
-token's byte n-grams (gpt/spelling.py) plus, but for a token too rare in the training split, a
-free vector of its own; still one matrix, which inference and the export use as a plain table.
+token's byte n-grams (gpt/models/spelling.py) plus, but for a token too rare in the training split,
+a free vector of its own; still one matrix, which inference and the export use as a plain table.
 Attention runs through `scaled_dot_product_attention`, which picks flash or memory-efficient
 kernels where the device has them. A `KVCache` lets generation feed one new token at a time
 instead of the whole context.
@@ -21,16 +21,16 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from gpt.config import GPTConfig
-from gpt.loss import linear_cross_entropy
-from gpt.spelling import Spelling
+from gpt.config.configs import GPTConfig
+from gpt.models.loss import linear_cross_entropy
+from gpt.models.spelling import Spelling
 
 # The embedding and output matrices get rows for ids no tokenizer emits, up to a multiple of 64
 # (GPT-2's 50,257 -> 50,304, as nanoGPT does): GPU matmuls over a dimension that is a multiple of
 # their tile size run whole tiles instead of a ragged last one. The loss gives padding ids
 # probability 0 and `GPT.forward` returns logits of the real ids only, so the model is the
 # unpadded one, and nothing can sample a padding id. Exports leave the padding rows out
-# (gpt/export.py).
+# (gpt/models/export.py).
 VOCAB_MULTIPLE = 64
 
 
@@ -247,10 +247,10 @@ class GPT(nn.Module):
 
     chunked_loss: bool | None = None
     """Whether `forward` computes the loss of `targets` in chunks of positions
-    (`gpt.loss.linear_cross_entropy`), never forming the whole (B, T, padded vocab) logits, and
-    returns no logits with it (train-gpt's --chunked_loss). None: on CUDA, where those logits and
-    their float32 copies are a training step's largest tensors (13.2 GB each at GPT-2's shape, 64
-    sequences a micro-step); not on a CPU, whose runs keep their bits (the chunks sum in another
+    (`gpt.models.loss.linear_cross_entropy`), never forming the whole (B, T, padded vocab) logits,
+    and returns no logits with it (train-gpt's --chunked_loss). None: on CUDA, where those logits
+    and their float32 copies are a training step's largest tensors (13.2 GB each at GPT-2's shape,
+    64 sequences a micro-step); not on a CPU, whose runs keep their bits (the chunks sum in another
     order) and whose small vocabularies gain nothing from it."""
 
     def __init__(self, config: GPTConfig, spelling: Spelling | None = None) -> None:

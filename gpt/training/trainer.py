@@ -1,14 +1,10 @@
-"""train-gpt: `python -m gpt train-gpt` (one process) or `torchrun ... -m gpt -- train-gpt` (DDP).
-
-Reads `data/` of the run, trains a GPT, and writes `ckpt/`, `metrics/` and the exported `model/`
-(copied on to `--export_uri` when one is given, gpt/objectstore.py);
-its flags are gpt/config.py's TrainConfig. The training loop: one `Trainer` per process, the same
-code for one process or many.
+"""The training loop of train-gpt: one `Trainer` per process, the same code for one process or
+many (gpt/train_gpt.py runs it).
 
 Under torchrun every rank builds the same model from the same seed, trains its share of each
 step's windows, and DDP averages the gradients; rank 0 alone writes files. What a restart needs
-beyond weights, optimizer and RNGs is a checkpoint's `CheckpointState` (gpt/checkpoint.py); what
-the run's unset flags become, new or resumed, gpt/settings.py decides.
+beyond weights, optimizer and RNGs is a checkpoint's `CheckpointState` (gpt/training/checkpoint.py);
+what the run's unset flags become, new or resumed, gpt/training/resume_rule.py decides.
 """
 
 from __future__ import annotations
@@ -28,22 +24,22 @@ import numpy as np
 import torch
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from gpt import checkpoint, distributed, faults, report
-from gpt.atomic import append_jsonl
-from gpt.checkpoint import CheckpointState, TrainState
-from gpt.config import TrainConfig
-from gpt.data import Batches, TokenData, eval_batches, eval_offsets
-from gpt.distributed import World
-from gpt.divergence import Divergence
-from gpt.ema import WeightAverage
+from gpt.config.configs import TrainConfig
+from gpt.data.batches import Batches, TokenData, eval_batches, eval_offsets
+from gpt.data.objectstore import Store
+from gpt.distributed.world import World
 from gpt.errors import InputError
-from gpt.export import save_export
-from gpt.model import GPT
-from gpt.objectstore import Store
-from gpt.settings import resolve_settings
-from gpt.spelling import free_vectors, spelling_of
+from gpt.models.export import save_export
+from gpt.models.model import GPT
+from gpt.models.spelling import free_vectors, spelling_of
+from gpt.rundir.atomic import append_jsonl
 from gpt.stages import TRAIN_GPT, to_args
-from gpt.stopping import Stopped, StopRequest
+from gpt.training import checkpoint, faults, report
+from gpt.training.checkpoint import CheckpointState, TrainState
+from gpt.training.divergence import Divergence
+from gpt.training.ema import WeightAverage
+from gpt.training.resume_rule import resolve_settings
+from gpt.training.stopping import Stopped, StopRequest
 
 # Dense bf16 peak FLOP/s, for MFU. A GPU not listed shows no MFU rather than a wrong one.
 PEAK_FLOPS = {"H100 PCIe": 756e12, "H100": 989e12, "H200": 989e12, "A100": 312e12, "L4": 121e12}
@@ -106,7 +102,8 @@ def build_optimizer(model: GPT, cfg: TrainConfig, device: torch.device) -> torch
         {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
     ]
     # The fused kernel is one launch for all parameters on CUDA, and faster on CPU as well; it
-    # is also what skips the updates after a non-finite step (`found_inf`, gpt/divergence.py).
+    # is also what skips the updates after a non-finite step (`found_inf`,
+    # gpt/training/divergence.py).
     return torch.optim.AdamW(groups, lr=cfg.learning_rate, betas=(0.9, cfg.beta2), fused=True)
 
 
@@ -131,7 +128,7 @@ class Trainer:
     def __init__(self, cfg: TrainConfig, world: World, stop: StopRequest | None = None) -> None:
         self.cfg, self.world, self.rundir = cfg, world, cfg.rundir
         self.stop = stop or StopRequest(TRAIN_GPT.prog)
-        """Noted signals; `fit` answers one at the next step end (gpt/stopping.py)."""
+        """Noted signals; `fit` answers one at the next step end (gpt/training/stopping.py)."""
         self.device = world.device
         self.data = TokenData.load(self.rundir)
         self.data.check_block_size(cfg.block_size)
@@ -455,25 +452,3 @@ class Trainer:
         )
         if cfg.export_uri:  # the local export is whole by now: copy it as it is
             Store(cfg.export_uri, "--export_uri").upload_dir(rundir.model_dir, self.log)
-
-
-def main(cfg: TrainConfig) -> None:
-    """The stage: set up this process's place among the ranks, train, tear down.
-
-    A SIGTERM or SIGINT once the ranks have met stops training at a checkpoint (`Stopped`).
-    Before, while this rank waits for the others, it ends the process as it always did: there is
-    nothing to save yet, and a rank that noted it and waited on would hold its pod until the
-    SIGKILL: the pod that replaces an evicted one while its peers are leaving waits for them in
-    init_process_group, for 30 minutes.
-    """
-    world = distributed.setup(cfg.device)
-    try:
-        with StopRequest(TRAIN_GPT.prog) as stop:
-            Trainer(cfg, world, stop).fit()
-            # The ranks leave together, once rank 0 has exported. A rank that tore down its
-            # process group and exited while rank 0 still exported aborted once in CI (gloo,
-            # "terminate called without an active exception", SIGABRT; not reproduced in 11 runs
-            # here). Only on success: after an error the others may be inside a collective.
-            world.barrier()
-    finally:
-        distributed.teardown(world)

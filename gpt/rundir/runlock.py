@@ -4,7 +4,7 @@ Two pipelines started on the same `--run` must not both write it: the first take
 second fails at once with one line naming the busy run. The lock is `flock` on
 `<root>/.<run>.lock`, so the kernel releases it when its holder dies, however it dies: a run
 killed with SIGKILL never leaves a stale lock, and the next attempt sweeps away what the killed
-writers left half-done (gpt/atomic.py's `sweep`) before it writes anything.
+writers left half-done (gpt/rundir/atomic.py's `sweep`) before it writes anything.
 
 A holder that starts the stages as child processes (the local pipeline) names its lock in
 GPT_RUN_LOCK; a stage that finds its run's lock held under that name runs under it. Under
@@ -21,9 +21,9 @@ import socket
 from collections.abc import Iterator
 from pathlib import Path
 
-from gpt import atomic
 from gpt.errors import InputError
-from gpt.rundir import RunDir
+from gpt.rundir import atomic
+from gpt.rundir.layout import RunDir
 
 LOCK_ENV = "GPT_RUN_LOCK"
 

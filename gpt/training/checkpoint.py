@@ -10,7 +10,7 @@ checkpoint, and a half-written one is never picked up. Each holds
                      elapsed time), the model and weight average as built, the flags, and the
                      identity of the data it was trained on
   rng.json           every rank's RNG states: torch (and CUDA), numpy, python
-  average.safetensors  the moving average of the weights (gpt/ema.py), if the run keeps one
+  average.safetensors  the moving average of the weights (gpt/training/ema.py), if the run keeps one
                      (--ema_decay): what it evaluates and exports
 """
 
@@ -31,10 +31,11 @@ import safetensors
 import safetensors.torch
 import torch
 
-from gpt import atomic, faults
-from gpt.config import DEFAULT_EMA_DECAY, GPTConfig
+from gpt.config.configs import DEFAULT_EMA_DECAY, GPTConfig
 from gpt.errors import InputError, first_line
-from gpt.rundir import RunDir
+from gpt.rundir import atomic
+from gpt.rundir.layout import RunDir
+from gpt.training import faults
 
 MODEL, OPTIMIZER, STATE, RNG = "model.safetensors", "optimizer.pt", "state.json", "rng.json"
 FILES = (MODEL, OPTIMIZER, STATE, RNG)  # every checkpoint has these
@@ -69,8 +70,8 @@ class CheckpointState:
     train: TrainState
     """The progress: steps, training time, tokens."""
     model: GPTConfig
-    """The model as built, its unset flags resolved (gpt/settings.py): a resumed run keeps its
-    dropout and spelling, and must have the same shape."""
+    """The model as built, its unset flags resolved (gpt/training/resume_rule.py): a resumed run
+    keeps its dropout and spelling, and must have the same shape."""
     ema_decay: float
     """The weight average's decay per step, 0 for none: a resumed run keeps it."""
     data: dict[str, Any]

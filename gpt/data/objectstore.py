@@ -27,9 +27,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gpt.atomic import writing
+from gpt.data.progress import Progress
 from gpt.errors import InputError, first_line
-from gpt.progress import Progress
+from gpt.rundir.atomic import writing
 
 # The variables the S3 client reads here: on a cluster each comes from the key of the same name
 # of the Secret a step names (`storage_secret`, components/trainjob/launcher.py); the first two must

@@ -2,8 +2,8 @@
 
 This is the data contract between the stages (docs/architecture.md, "The run directory"). Every
 path of a run directory is named here and nowhere else (the files inside one checkpoint or one
-export are gpt/checkpoint.py's and gpt/export.py's): `RunDir.meta_json` is a `RunFile`,
-the file's place inside any run (`RunDir.meta_json.rel == "data/meta.json"`), and
+export are gpt/training/checkpoint.py's and gpt/models/export.py's): `RunDir.meta_json` is a
+`RunFile`, the file's place inside any run (`RunDir.meta_json.rel == "data/meta.json"`), and
 `rundir.meta_json` its path in one run. `data/meta.json` itself is `DataMeta`, written and read
 through that one class.
 """
@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, overload
 
-from gpt import atomic
 from gpt.errors import InputError
+from gpt.rundir import atomic
 
 # A run id becomes a directory name (and, on the cluster, part of a TrainJob name): keep it to a
 # safe, portable alphabet. KFP run ids (UUIDs) fit.
@@ -73,7 +73,7 @@ class RunDir:
 
     @property
     def lock(self) -> Path:
-        """The run's lock (gpt/runlock.py): beside the run directory, not in it."""
+        """The run's lock (gpt/rundir/runlock.py): beside the run directory, not in it."""
         return self.root / f".{self.run_id}.lock"
 
     # corpus/: the text as it was cleaned, and where it came from

@@ -5,8 +5,8 @@
     corpus/{text.txt,source.json} + data/{train.bin,val.bin,tokenizer.json,meta.json}
 
 No pass holds the corpus: documents are cleaned chunk by chunk into a scratch directory beside
-the run (gpt/sources.py, gpt/cleaning.py), tokenized from there into token files
-(gpt/tokenfiles.py), and only then moved into staging directories that are renamed into place,
+the run (gpt/data/sources.py, gpt/data/cleaning.py), tokenized from there into token files
+(gpt/data/tokenfiles.py), and only then moved into staging directories that are renamed into place,
 so a refusal or a kill leaves nothing half-written (a killed run's scratch is swept by the next).
 Re-running with the same inputs is a no-op; different inputs need --overwrite.
 """
@@ -19,14 +19,14 @@ import os
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from gpt.atomic import scratch_dir, staged_dir, write_json
-from gpt.config import CorpusConfig
+from gpt.config.configs import CorpusConfig
+from gpt.data.progress import Progress
+from gpt.data.sources import Document, Download, canonical, kind_of, read_source
+from gpt.data.tokenfiles import TokenFiles, tokenize_file
+from gpt.data.tokenizer import GPT2Tokenizer, Tokenizer
 from gpt.errors import InputError
-from gpt.progress import Progress
-from gpt.rundir import CorpusInputs, DataMeta, RunDir, dtype_for, read_json_object
-from gpt.sources import Document, Download, canonical, kind_of, read_source
-from gpt.tokenfiles import TokenFiles, tokenize_file
-from gpt.tokenizer import GPT2Tokenizer, Tokenizer
+from gpt.rundir.atomic import scratch_dir, staged_dir, write_json
+from gpt.rundir.layout import CorpusInputs, DataMeta, RunDir, dtype_for, read_json_object
 
 
 def cut_at(chars: int, val_fraction: float) -> int:

@@ -1,4 +1,4 @@
-"""Every stage's configuration: plain dataclasses, one field per flag (gpt/cli.py makes them
+"""Every stage's configuration: plain dataclasses, one field per flag (gpt/config/cli.py makes them
 command lines), no PyTorch.
 
 One name per knob: a field `block_size` is the flag `--block_size`, the KFP parameter
@@ -15,9 +15,9 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from gpt.objectstore import check_uri
-from gpt.rundir import RunDir, check_run_id
-from gpt.sources import DEFAULT_SOURCE, MAX_BYTES
+from gpt.data.objectstore import check_uri
+from gpt.data.sources import DEFAULT_SOURCE, MAX_BYTES
+from gpt.rundir.layout import RunDir, check_run_id
 
 
 @dataclass
@@ -104,7 +104,7 @@ class ModelConfig(ContextConfig):
     spelling: int | None = None
     """Spell the token embedding in byte n-grams up to this long while training: each token's
     row is a free vector plus the mean of vectors its bytes and byte pairs share with other
-    tokens (gpt/spelling.py), so rare and unseen tokens start from their spelling. 0: a plain
+    tokens (gpt/models/spelling.py), so rare and unseen tokens start from their spelling. 0: a plain
     table (GPT-2's). Unset: DEFAULT_SPELLING for a new run, and a resumed run keeps what it
     started with. The export is a plain table either way (the sum written out)."""
 
@@ -180,7 +180,7 @@ class GPTConfig(ModelConfig):
 
     vocab_size: int = 50257
     """Number of token ids: the tokenizer's vocabulary size (the model pads its matrices beyond
-    it, gpt/model.py, but never returns a logit for a padding id)."""
+    it, gpt/models/model.py, but never returns a logit for a padding id)."""
 
     def __post_init__(self) -> None:
         if self.dropout is None:  # a model has a dropout; only the flag may be left to training
@@ -241,11 +241,11 @@ class TrainConfig(SeedConfig, ModelConfig, RunConfig):
     ema_decay: float | None = None
     """Evaluate and export an exponential moving average of the weights with this decay per
     step, in [0, 1) (0: the weights as trained; training itself is the same either way,
-    gpt/ema.py). Unset: 0.995 (about the last 200 steps) when the run passes over its training
-    split at least 4 times (the default corpus: 18) in at least 600 steps: there the validation
-    loss is flat over the last few hundred steps, which overfit, and their average generalises
-    better. Else 0: the average lags behind a model still learning, on a larger corpus or in a
-    shorter run (bench/recipe_trials.md)."""
+    gpt/training/ema.py). Unset: 0.995 (about the last 200 steps) when the run passes over its
+    training split at least 4 times (the default corpus: 18) in at least 600 steps: there the
+    validation loss is flat over the last few hundred steps, which overfit, and their average
+    generalises better. Else 0: the average lags behind a model still learning, on a larger corpus
+    or in a shorter run (bench/recipe_trials.md)."""
     # reporting and checkpoints
     eval_interval: int = 250
     """Evaluate on val.bin every this many steps (and at the end)."""
@@ -259,7 +259,7 @@ class TrainConfig(SeedConfig, ModelConfig, RunConfig):
     ckpt_interval_s: float = 300.0
     """Also write one when this many seconds of training passed since the last (rank 0's clock;
     0: steps only), so a run killed without warning loses minutes, not hours. When checkpoints
-    are written never changes the weights. A SIGTERM writes one too (gpt/stopping.py)."""
+    are written never changes the weights. A SIGTERM writes one too (gpt/training/stopping.py)."""
     keep_last: int = 2
     """Keep the newest this many checkpoints."""
     resume: Literal["auto", "never", "require"] = "auto"

@@ -5,9 +5,9 @@ an `http://` / `https://` URL, a local file, a local directory whose `*.txt` fil
 name, not recursive) are read in order, an `s3://` or `gs://` object, or an object-store prefix
 (ending in "/") whose `*.txt` objects (in key order, not recursive) are read as a directory's
 files are. Documents are streamed, never held whole: a URL or an object is downloaded to a file
-first (gpt/objectstore.py), so both cleaning passes read the same bytes; a file is read in chunks
-(twice: gpt/cleaning.py), each file or object of a directory or prefix is cleaned on its own.
-Every refusal is an `InputError` naming the source and the reason; the caller writes into a
+first (gpt/data/objectstore.py), so both cleaning passes read the same bytes; a file is read in
+chunks (twice: gpt/data/cleaning.py), each file or object of a directory or prefix is cleaned on its
+own. Every refusal is an `InputError` naming the source and the reason; the caller writes into a
 staging area, so a refusal leaves nothing behind.
 """
 
@@ -26,16 +26,16 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from gpt.atomic import writing
-from gpt.cleaning import emit, scan
+from gpt.data.cleaning import emit, scan
+from gpt.data.objectstore import Patience, Store, is_prefix, scheme_of
+from gpt.data.progress import Progress
 from gpt.errors import InputError
-from gpt.objectstore import Patience, Store, is_prefix, scheme_of
-from gpt.progress import Progress
+from gpt.rundir.atomic import writing
 
 DEFAULT_SOURCE = "default"
 EMBEDDED_ASSET = "comedy_of_errors.txt"
 USER_AGENT = "gpt-trainjobs/0.1 (load-corpus)"
-MAX_BYTES = 10_000_000_000  # --max_bytes's default (gpt/config.py says why)
+MAX_BYTES = 10_000_000_000  # --max_bytes's default (gpt/config/configs.py says why)
 CHUNK = 1 << 20  # bytes read (or downloaded) at a time: memory per document stays this
 
 # Anything spelled like `scheme://...` is a URL (and only http/https are fetched).

@@ -7,8 +7,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gpt import atomic
-from gpt.rundir import RunDir
+from gpt.rundir import atomic
+from gpt.rundir.layout import RunDir
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """The exported model: a Hugging Face model directory, what train-gpt hands to generative-prompt
 and to every tool that reads that format.
 
-`model/` holds what transformers writes for the architecture gpt/hf.py maps our model to
+`model/` holds what transformers writes for the architecture gpt/models/hf.py maps our model to
 (GPT-NeoX with rotary positions, GPT-2 with learned ones): `config.json`,
 `generation_config.json` (end-of-text ends a reply, as it ends ours) and `model.safetensors`;
 and what `PreTrainedTokenizerFast.save_pretrained` writes for the tokenizer's `tokenizers` twin
@@ -13,8 +13,8 @@ directory, written atomically.
 
 The weights are those of the tokenizer's vocabulary: the token embedding, which is also the
 output head, has exactly `vocab_size` rows and is stored once. The padding rows the model trains
-with (gpt/model.py) stay out of the export, and loading puts zeros in their place, which nothing
-reads.
+with (gpt/models/model.py) stay out of the export, and loading puts zeros in their place, which
+nothing reads.
 """
 
 from __future__ import annotations
@@ -27,10 +27,11 @@ import safetensors.torch
 import torch
 import torch.nn.functional as F
 
-from gpt import atomic, hf
+from gpt.data.tokenizer import ENDOFTEXT, Tokenizer, tokenizer_from_hf
 from gpt.errors import InputError, first_line
-from gpt.model import GPT
-from gpt.tokenizer import ENDOFTEXT, Tokenizer, tokenizer_from_hf
+from gpt.models import hf
+from gpt.models.model import GPT
+from gpt.rundir import atomic
 
 WEIGHTS, CONFIG, TOKENIZER = "model.safetensors", "config.json", "tokenizer.json"
 EMBEDDING, HEAD = "transformer.wte.weight", "lm_head.weight"  # one tensor (weight tying)

@@ -1,5 +1,5 @@
-"""`python -m gpt.torchrun [torchrun options] -m gpt -- <stage> ...`: torchrun, exiting with its
-workers' status.
+"""`python -m gpt.distributed.torchrun [torchrun options] -m gpt -- <stage> ...`: torchrun, exiting
+with its workers' status.
 
 torchrun itself exits 1 whatever its workers exited with, and with a traceback. What the cluster
 does next depends on the status (runtimes/gpt-train-gpt.yaml: EXIT_FATAL fails the Job at once,
@@ -9,7 +9,7 @@ another failure restarts the JobSet), so this passes the workers' status on:
   EXIT_FATAL if any worker exited EXIT_FATAL, since a bad flag fails every rank alike;
 - torchrun itself got SIGTERM or SIGINT: it has sent the same signal to every worker and given
   them `--shutdown_timeout` seconds to stop, which they spend writing a checkpoint
-  (gpt/stopping.py); EXIT_STOPPED.
+  (gpt/training/stopping.py); EXIT_STOPPED.
 
 torchrun's own shutdown timeout is 30 s; here it is SHUTDOWN_TIMEOUT_S unless given, within the
 train runtime's terminationGracePeriodSeconds (runtimes/gpt-train-gpt.yaml).

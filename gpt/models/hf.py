@@ -1,6 +1,6 @@
 """Our GPT as an architecture transformers already knows: the mapping both ways.
 
-Every model `gpt/model.py` builds is one transformers loads with no custom code:
+Every model `gpt/models/model.py` builds is one transformers loads with no custom code:
 - rotary positions (the default): GPT-NeoX, `rotary_pct` 1 (every dimension of a head turns,
   in halves, as `apply_rotary` does), `use_parallel_residual` False (attention, then the MLP,
   each on its own LayerNorm, as our Block), the queries, keys and values regrouped per head;
@@ -19,12 +19,12 @@ from typing import Any
 
 import torch
 
-from gpt.config import GPTConfig
+from gpt.config.configs import GPTConfig
 
 # transformers' names for our activations (transformers.activations.ACT2FN).
 ACTIVATIONS = {"relu2": "relu2", "gelu": "gelu"}
-ROPE_THETA = 10000.0  # gpt/model.py Rotary's base
-LAYER_NORM_EPS = 1e-5  # nn.LayerNorm's default, which gpt/model.py keeps
+ROPE_THETA = 10000.0  # gpt/models/model.py Rotary's base
+LAYER_NORM_EPS = 1e-5  # nn.LayerNorm's default, which gpt/models/model.py keeps
 EMBEDDINGS = ("transformer.wte", "transformer.wpe")
 LINEARS = ("c_attn", "c_proj", "c_fc")  # GPT-2 holds these as Conv1D
 
@@ -78,7 +78,7 @@ def hf_config(config: GPTConfig, eot_id: int | None) -> dict[str, Any]:
 
 def gpt_config(hf: dict[str, Any], bias: bool) -> GPTConfig:
     """Our GPTConfig from a `config.json` this module's `hf_config` wrote; ValueError naming
-    the key if it describes a model gpt/model.py does not build."""
+    the key if it describes a model gpt/models/model.py does not build."""
     kind = hf.get("model_type")
     activation = {v: k for k, v in ACTIVATIONS.items()}
     if kind == "gpt_neox":
@@ -108,7 +108,7 @@ def gpt_config(hf: dict[str, Any], bias: bool) -> GPTConfig:
 
 def _expect(obj: dict[str, Any], key: str, want: Any) -> None:
     if obj.get(key, want) != want:
-        raise ValueError(f"{key} {obj[key]!r}: gpt/model.py builds only {want!r}")
+        raise ValueError(f"{key} {obj[key]!r}: gpt/models/model.py builds only {want!r}")
 
 
 def _layer_names(config: GPTConfig) -> dict[str, str]:

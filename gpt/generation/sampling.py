@@ -17,8 +17,8 @@ from dataclasses import dataclass
 
 import torch
 
-from gpt.config import SamplingConfig
-from gpt.model import GPT
+from gpt.config.configs import SamplingConfig
+from gpt.models.model import GPT
 
 
 def top_p_filter(logits: torch.Tensor, top_p: float) -> torch.Tensor:

@@ -1,8 +1,9 @@
 """Config dataclasses become command lines: field = flag, field docstring = its help.
 
-One name per knob: a field `block_size` of a config (gpt/config.py) is the flag `--block_size`.
-`parse_config` is how `python -m gpt <stage>` (gpt/__main__.py) reads a stage's flags, and how a
-component checks them before it starts anything; gpt/stages.py's `to_args` is the way back.
+One name per knob: a field `block_size` of a config (gpt/config/configs.py) is the flag
+`--block_size`. `parse_config` is how `python -m gpt <stage>` (gpt/__main__.py) reads a stage's
+flags, and how a component checks them before it starts anything; gpt/stages.py's `to_args` is the
+way back.
 """
 
 from __future__ import annotations

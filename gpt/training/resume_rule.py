@@ -2,10 +2,10 @@
 
 A flag given wins. A flag left unset is decided once, when the run starts, by the data and the
 other flags (the defaults below), and a resumed run keeps what it started with, read from its
-checkpoint's state (gpt/checkpoint.py's `CheckpointState`): a rerun with a raised --max_iters,
-which now passes over the text more often, trains on with the dropout and weight average it
-began with, as an uninterrupted run would have. `resolve_settings` applies that rule to every
-such knob; `Trainer` builds what it returns.
+checkpoint's state (gpt/training/checkpoint.py's `CheckpointState`): a rerun with a raised
+--max_iters, which now passes over the text more often, trains on with the dropout and weight
+average it began with, as an uninterrupted run would have. `resolve_settings` applies that rule to
+every such knob; `Trainer` builds what it returns.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 
-from gpt.config import (
+from gpt.config.configs import (
     DEFAULT_EMA_DECAY,
     DEFAULT_SPELLING,
     DROPOUT_REPEATED,
@@ -26,7 +26,7 @@ from gpt.config import (
 )
 
 if TYPE_CHECKING:  # no PyTorch for the rule itself
-    from gpt.checkpoint import CheckpointState
+    from gpt.training.checkpoint import CheckpointState
 
 T = TypeVar("T")
 

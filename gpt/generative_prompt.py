@@ -11,10 +11,10 @@ import sys
 
 import torch
 
-from gpt.config import PromptConfig
+from gpt.config.configs import PromptConfig
 from gpt.errors import InputError
-from gpt.export import load_export
-from gpt.repl import GOODBYE, PROMPT, Chat, interact
+from gpt.generation.repl import GOODBYE, PROMPT, Chat, interact
+from gpt.models.export import load_export
 
 
 def resolve_device(device: str) -> str:

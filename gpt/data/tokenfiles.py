@@ -34,8 +34,8 @@ from typing import BinaryIO, TypeVar
 import numpy as np
 import tiktoken
 
-from gpt.rundir import dtype_for
-from gpt.tokenizer import CharTokenizer, GPT2Tokenizer, Tokenizer, gpt2_encoding, piece_cuts
+from gpt.data.tokenizer import CharTokenizer, GPT2Tokenizer, Tokenizer, gpt2_encoding, piece_cuts
+from gpt.rundir.layout import dtype_for
 
 CHUNK_CHARS = 1 << 20  # characters tokenized at a time (per core)
 # A chunk with no safe cut this long is tokenized whole (only text without newlines or spaces

@@ -1,5 +1,5 @@
 """How each token of a vocabulary is spelt, in byte n-grams: what the model's spelled embedding
-shares between tokens (gpt/model.py).
+shares between tokens (gpt/models/model.py).
 
 A BPE vocabulary fitted to a small text holds thousands of tokens that its training split shows a
 few times or never: on the default corpus 4.7% of the validation tokens never occur in training
@@ -37,7 +37,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from gpt.tokenizer import Tokenizer
+from gpt.data.tokenizer import Tokenizer
 
 START = -1  # marks the token's start inside an n-gram; never a byte
 # Rare tokens are spelled alone where more than this share of the training split's tokens occur

@@ -218,8 +218,8 @@ def sweep(top: Path | str, dest: str | None = None) -> list[Path]:
     """Remove what killed writers left under `top` (only that of `dest`, if given, and then in
     `top` alone); returns what was removed or restored.
 
-    Only safe while no writer is at work there (the run lock, gpt/runlock.py, sees to that). A
-    staged_dir cut off between its two renames left `.<dest>.old` and no `<dest>`: the old
+    Only safe while no writer is at work there (the run lock, gpt/rundir/runlock.py, sees to that).
+    A staged_dir cut off between its two renames left `.<dest>.old` and no `<dest>`: the old
     directory is put back, so `top` holds what it held before that write began.
     """
     top = Path(top)
