@@ -8,6 +8,8 @@ from components.step.knobs import documented
 
 
 @dsl.component(base_image=component_image(), install_kfp_package=False)
+# @documented (components/step/knobs.py) appends to __doc__'s Args: one line per parameter
+# it does not describe, its knob's field docstring; @dsl.component then reads the texts.
 @documented("generative-prompt")
 def generative_prompt(
     transcript: Output[Markdown],
@@ -37,7 +39,12 @@ def generative_prompt(
     Args:
         transcript: prompt/transcript.jsonl as Markdown, one section per reply.
     """
-    knobs = dict(locals())  # taken first: the parameters, and nothing else
+    # Every parameter above by name, as locals() holds nothing else yet; less the output
+    # artifact (deleted next), the step's knobs. run_step (components/step/dispatch.py) sorts
+    # them into the stage's flags, its Placement and its StepKnobs (sort_knobs), checks the
+    # flags with the stage's config (validate) and hands them to the stage as `--name value`.
+    # Not written out name by name: that would be a second copy of the signature.
+    knobs = dict(locals())
     del knobs["transcript"]
     from components.step.artifacts import transcript_markdown
     from components.step.dispatch import run_step

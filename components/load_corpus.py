@@ -8,6 +8,8 @@ from components.step.knobs import documented
 
 
 @dsl.component(base_image=component_image(), install_kfp_package=False)
+# @documented (components/step/knobs.py) appends to __doc__'s Args: one line per parameter
+# it does not describe, its knob's field docstring; @dsl.component then reads the texts.
 @documented("load-corpus")
 def load_corpus(
     corpus_stats: Output[Metrics],
@@ -39,7 +41,12 @@ def load_corpus(
     Returns:
         The run directory name, for the next stages.
     """
-    knobs = dict(locals())  # taken first: the parameters, and nothing else
+    # Every parameter above by name, as locals() holds nothing else yet; less the output
+    # artifact (deleted next), the step's knobs. run_step (components/step/dispatch.py) sorts
+    # them into the stage's flags, its Placement and its StepKnobs (sort_knobs), checks the
+    # flags with the stage's config (validate) and hands them to the stage as `--name value`.
+    # Not written out name by name: that would be a second copy of the signature.
+    knobs = dict(locals())
     del knobs["corpus_stats"]
     from components.step.artifacts import corpus_metrics
     from components.step.dispatch import run_step

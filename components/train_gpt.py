@@ -7,7 +7,11 @@ from components.step.image_names import component_image
 from components.step.knobs import documented
 
 
+# Over 50 lines for its signature alone: KFP reads a component's parameters from it, one
+# line per knob (tests/test_knobs.py holds them to the knobs' fields).
 @dsl.component(base_image=component_image(), install_kfp_package=False)
+# @documented (components/step/knobs.py) appends to __doc__'s Args: one line per parameter
+# it does not describe, its knob's field docstring; @dsl.component then reads the texts.
 @documented("train-gpt")
 def train_gpt(
     metrics: Output[Metrics],
@@ -52,7 +56,12 @@ def train_gpt(
     Returns:
         The run directory name, for the next stage.
     """
-    knobs = dict(locals())  # taken first: the parameters, and nothing else
+    # Every parameter above by name, as locals() holds nothing else yet; less the output
+    # artifacts (deleted next), the step's knobs. run_step (components/step/dispatch.py) sorts
+    # them into the stage's flags, its Placement and its StepKnobs (sort_knobs), checks the
+    # flags with the stage's config (validate) and hands them to the stage as `--name value`.
+    # Not written out name by name: that would be a second copy of the signature.
+    knobs = dict(locals())
     del knobs["metrics"], knobs["report"]
     from components.step.artifacts import train_metrics, train_report_html
     from components.step.dispatch import run_step

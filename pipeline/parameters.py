@@ -49,9 +49,44 @@ def with_step_parameters(
     """Make `body(knobs)` a pipeline function whose parameters are the `steps`' parameters:
     all but those `wired` (by step name), each under its `renamed` name (by step name), with the
     pipeline's own `defaults` where it chooses otherwise."""
+    params, docs, names = _collect(steps, wired, renamed, defaults)
+
+    def decorate(body: Callable[[Knobs], Any]) -> Callable[..., Any]:
+        order = list(params)
+
+        def pipeline(*args: Any, **kwargs: Any) -> Any:
+            return body(Knobs({**dict(zip(order, args, strict=False)), **kwargs}, names))
+
+        # What KFP compiles the pipeline's inputs from: every step's parameters but the wired
+        # ones, keyword-only, in step order, each once, renamed and with the pipeline's defaults
+        # (load-corpus's `run`, `source`, ..., `start_timeout`; then those train-gpt adds,
+        # `n_layer`, ..., `train_timeout`; then generative-prompt's); `body` gets one Knobs.
+        pipeline.__signature__ = inspect.Signature(list(params.values()))  # type: ignore[attr-defined]
+        pipeline.__name__ = body.__name__
+        pipeline.__qualname__ = body.__qualname__
+        pipeline.__module__ = body.__module__
+        # `body`'s docstring and an Args: entry per parameter, its step's text (a renamed one's
+        # prefixed "train-gpt's `timeout`: "): the descriptions KFP compiles into the YAML.
+        entries = [args_entry(name, docs[name]) for name in order]
+        pipeline.__doc__ = (inspect.cleandoc(body.__doc__ or "") + "\n\nArgs:\n"
+                            + "\n".join(entries))
+        return pipeline
+
+    return decorate
+
+
+def _collect(
+    steps: list[BaseComponent],
+    wired: Mapping[str, set[str]],
+    renamed: Mapping[str, Mapping[str, str]],
+    defaults: Mapping[str, Any],
+) -> tuple[dict[str, inspect.Parameter], dict[str, str], dict[str, dict[str, str]]]:
+    """The pipeline's parameters and their texts, by name, and the pipeline parameter each
+    step's own parameter is, by step name (`with_step_parameters`'s rules)."""
     params: dict[str, inspect.Parameter] = {}
     docs: dict[str, str] = {}
     names: dict[str, dict[str, str]] = {}
+    given_by: dict[str, str] = {}  # the step whose parameter each pipeline parameter is
     for step in steps:
         names[step.name] = {}
         for own, (p, doc) in _step_parameters(step).items():
@@ -64,26 +99,26 @@ def with_step_parameters(
             if name != own:
                 doc = f"{step.name}'s `{own}`: {doc}"
             if name in params:
-                if (params[name].annotation, params[name].default) != (p.annotation, default):
-                    raise TypeError(f"{step.name}({own}): its type or default differs from "
-                                    f"another step's `{name}`; rename it for one of them")
+                _check_agree(name, given_by[name], params[name], step.name, param)
                 continue
             params[name] = param
             docs[name] = doc
+            given_by[name] = step.name
+    return params, docs, names
 
-    def decorate(body: Callable[[Knobs], Any]) -> Callable[..., Any]:
-        order = list(params)
 
-        def pipeline(*args: Any, **kwargs: Any) -> Any:
-            return body(Knobs({**dict(zip(order, args, strict=False)), **kwargs}, names))
+def _check_agree(
+    name: str, first: str, given: inspect.Parameter, step: str, param: inspect.Parameter
+) -> None:
+    """Refuse, in one line, a step whose parameter `name` differs in type or default from the
+    step `first` that gave the pipeline parameter `name`."""
+    if (given.annotation, given.default) == (param.annotation, param.default):
+        return
 
-        pipeline.__signature__ = inspect.Signature(list(params.values()))  # type: ignore[attr-defined]
-        pipeline.__name__ = body.__name__
-        pipeline.__qualname__ = body.__qualname__
-        pipeline.__module__ = body.__module__
-        entries = [args_entry(name, docs[name]) for name in order]
-        pipeline.__doc__ = (inspect.cleandoc(body.__doc__ or "") + "\n\nArgs:\n"
-                            + "\n".join(entries))
-        return pipeline
+    def typed(p: inspect.Parameter) -> str:
+        return f"{getattr(p.annotation, '__name__', p.annotation)} = {p.default!r}"
 
-    return decorate
+    raise TypeError(
+        f"pipeline parameter `{name}`: {first} has {typed(given)}, {step} has {typed(param)}; "
+        "give one of them its own name (`renamed`) or make them agree"
+    )

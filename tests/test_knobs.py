@@ -136,9 +136,22 @@ def test_steps_that_disagree_on_a_shared_knob_are_refused():
         return types.SimpleNamespace(name=name, python_func=func,
                                      component_spec=types.SimpleNamespace(inputs=inputs))
 
-    with pytest.raises(TypeError, match=r"b\(seed\): its type or default differs"):
+    with pytest.raises(TypeError, match=r"^pipeline parameter `seed`: a has int = 1, b has "
+                                        r"int = 2; give one of them its own name"):
         with_step_parameters([step("a", 1), step("b", 2)], wired={}, renamed={}, defaults={})
     with_step_parameters([step("a", 1), step("b", 1)], wired={}, renamed={}, defaults={})
+
+
+def test_a_clash_of_step_deadlines_is_one_line_naming_both_steps_and_values():
+    """Each step's `timeout` has its own default: not renamed, they clash, and the error says
+    where in one line (a new stage's component meets this first)."""
+    with pytest.raises(TypeError) as refused:
+        with_step_parameters([load_corpus, train_gpt], wired={"train-gpt": {"run"}}, renamed={},
+                             defaults={})  # fmt: skip
+    assert str(refused.value) == (
+        "pipeline parameter `timeout`: load-corpus has float = 1800, train-gpt has float = "
+        "86400; give one of them its own name (`renamed`) or make them agree"
+    )
 
 
 def test_a_parameter_that_is_no_knob_is_refused():

@@ -150,6 +150,9 @@ def validate(
             f"num_nodes {placement.num_nodes}: the local backend runs on this one machine"
         )
     args = to_args(values)
+    # Parsed twice by design: here, in the step, only to refuse a bad flag before a TrainJob (or
+    # a process) exists, the parse thrown away; the stage parses `args` again where it runs
+    # (gpt/__main__.py, with the same parse_config), and that is the parse the stage runs on.
     _parse_with_stage_config(stage, args)
     return args
 
@@ -195,36 +198,58 @@ def run_stage(
     args = validate(stage, values, placement, backend=backend, image=image, namespace=namespace,
                     storage_secret=storage_secret)  # fmt: skip
     rundir = RunDir.of(values["root"], values["run"])
-    rels = [out.rel for out in stage.outputs]
     if backend == "local":
-        from components.step.local_process import run_as_process
+        return _run_local(stage, args, placement, rundir, say)
+    return _run_trainjob(stage, args, placement, rundir, image=image, namespace=namespace,
+                         storage_secret=storage_secret, on_update=on_update, say=say)  # fmt: skip
 
-        run_as_process(stage, args, placement, say=say)
-        found = [rundir.path / rel for rel in rels]
-        return {str(p.relative_to(rundir.path)): p.read_bytes() for p in found if p.is_file()}
 
+def _run_local(
+    stage: Stage, args: list[str], placement: Placement, rundir: RunDir, say: Callable[[str], None]
+) -> dict[str, bytes]:
+    """The local backend: the stage as a process here; its output files, read from rundir."""
+    from components.step.local_process import run_as_process
+
+    run_as_process(stage, args, placement, say=say)
+    found = [rundir.path / out.rel for out in stage.outputs]
+    return {str(p.relative_to(rundir.path)): p.read_bytes() for p in found if p.is_file()}
+
+
+def _run_trainjob(
+    stage: Stage,
+    args: list[str],
+    placement: Placement,
+    rundir: RunDir,
+    *,
+    image: str,
+    namespace: str,
+    storage_secret: str,
+    on_update: Callable[[dict[str, Any]], None] | None,
+    say: Callable[[str], None],
+) -> dict[str, bytes]:
+    """The trainjob backend: the stage in a TrainJob; its output files, from node 0's log."""
     from components.trainjob import launcher
     from components.trainjob.claims import check_multi_node
     from components.trainjob.stagelog import container_command
 
+    rels = [out.rel for out in stage.outputs]
     # torchrun takes --nnodes, --nproc_per_node, --node_rank, --master_addr/port from the PET_*
     # variables the Trainer's torch policy sets from numNodes and numProcPerNode;
     # gpt.distributed.torchrun is torchrun exiting with its workers' status, which the train
     # runtime's failure policy reads.
     torchrun = ["python", "-m", "gpt.distributed.torchrun"] if stage.distributed else None
-    program = stage.command(args, torchrun=torchrun)
     spec = launcher.TrainJobSpec(
         stage=stage.name,
         runtime=stage.runtime,
         image=image,
         command=container_command(str(rundir.path), rels),
-        args=program,
+        args=stage.command(args, torchrun=torchrun),
         env={"PYTHONUNBUFFERED": "1"},
         storage_secret=storage_secret,
         placement=placement,
     )
     check_multi_node(placement.num_nodes, namespace)
-    outcome = launcher.launch(spec, namespace, values["run"], on_update=on_update, say=say)
+    outcome = launcher.launch(spec, namespace, rundir.run_id, on_update=on_update, say=say)
     files = outcome.files
     missing = [rel for rel in rels if rel not in files]
     if missing:

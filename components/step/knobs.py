@@ -64,6 +64,9 @@ def documented(stage_name: str) -> Callable[[F], F]:
             if name not in docs:
                 raise TypeError(f"{func.__name__}({name}): no knob of that name and no Args line")
             lines.append(args_entry(name, docs[name]))
+        # The docstring as written, its Args: completed in signature order with one
+        # `<name>: <the knob's field docstring>` per parameter it did not describe (train_gpt:
+        # `metrics`, `report` as written; `run`, `n_layer`, ... from TrainConfig, Placement...).
         func.__doc__ = "\n".join([head.rstrip(), *lines]) + ("\n\nReturns:" + tail if sep else "")
         return func
 

@@ -58,6 +58,25 @@ def run_as_process(
     cmd = command(stage, args, num_proc_per_node)
     say("running: " + shlex.join(cmd))
     tail: deque[str] = deque(maxlen=LOG_TAIL_LINES)
+
+    def echo(line: str) -> None:
+        say(line)
+        tail.append(line)
+
+    code = _run(cmd, environment(num_proc_per_node), timeout, echo)
+    if code is None:
+        raise TimeoutError(f"{stage.prog} did not finish within {timeout:g} s; stopped it")
+    if code != 0:
+        raise RuntimeError(
+            f"{stage.prog} exited with code {code}. Output tail:\n" + "\n".join(tail)
+        )
+
+
+def _run(
+    cmd: list[str], env: dict[str, str], timeout: float, echo: Callable[[str], None]
+) -> int | None:
+    """Run `cmd`, each line of its output to `echo`; its exit status, or None when it was killed
+    for running past `timeout` seconds. Nothing of it outlives this call."""
     expired = threading.Event()
     with subprocess.Popen(
         cmd,
@@ -65,7 +84,7 @@ def run_as_process(
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
-        env=environment(num_proc_per_node),
+        env=env,
         # Its own process group, so torchrun's workers end with it; and it ends with us, even
         # when we are killed with SIGKILL and cannot kill it ourselves.
         start_new_session=True,
@@ -86,15 +105,9 @@ def run_as_process(
         try:
             assert proc.stdout is not None
             for line in proc.stdout:
-                say(line.rstrip("\n"))
-                tail.append(line.rstrip("\n"))
+                echo(line.rstrip("\n"))
             code = proc.wait()
         finally:
             timer.cancel()
             kill()  # leftovers of a finished run, or all of it if we were interrupted
-    if expired.is_set():
-        raise TimeoutError(f"{stage.prog} did not finish within {timeout:g} s; stopped it")
-    if code != 0:
-        raise RuntimeError(
-            f"{stage.prog} exited with code {code}. Output tail:\n" + "\n".join(tail)
-        )
+    return None if expired.is_set() else code

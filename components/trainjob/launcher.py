@@ -229,17 +229,28 @@ def launch(
     from kubernetes import client
 
     pods = pods or from_environment()
-
-    def log_tail(lines: int | None) -> str:
-        return node0_log(pods, namespace, name, lines)
-
     if api is None:
         load_kube_config()
         api = client.CustomObjectsApi()
+    start = time.monotonic()
+    obj = _create(api, spec, namespace, run_id, say)
+    name = obj["metadata"]["name"]
+    grace = spec.placement.start_timeout
+    startup = _Startup(
+        namespace, name, obj["metadata"]["uid"], pods, events or events_from_environment(),
+        grace, start + grace,
+    )
+    job = _Created(api, namespace, name, pods, LogFollower(pods, namespace, name, say).start(), say)
+    final = job.follow(obj, start, spec.placement.timeout, on_update, startup)
+    return job.outcome(final, elapsed=time.monotonic() - start)
+
+
+def _create(
+    api: Any, spec: TrainJobSpec, namespace: str, run_id: str, say: Callable[[str], None]
+) -> dict[str, Any]:
+    """Create the TrainJob for `spec` under a fresh name; the object the server returned."""
     name = trainjob_name(spec.stage)
     body = build_trainjob(spec, name, namespace, run_id)
-    timeout = spec.placement.timeout
-    start = time.monotonic()
     # 409 (the name exists) propagates: a fresh random name that collides is a surprise worth
     # stopping for, never a TrainJob to adopt.
     obj = api.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, body)
@@ -248,55 +259,81 @@ def launch(
         f"{spec.placement.num_nodes} node(s) x {spec.placement.num_proc_per_node} process(es)); "
         f"follow it with: kubectl -n {namespace} get trainjob {name} -w"
     )
-    grace = spec.placement.start_timeout
-    startup = _Startup(
-        namespace, name, obj["metadata"]["uid"], pods, events or events_from_environment(),
-        grace, start + grace,
-    )
-    follower = LogFollower(pods, namespace, name, say).start()
+    return obj
 
-    def delete() -> None:
+
+@dataclass
+class _Created:
+    """A TrainJob this step created and follows, with its pods' logs; how it ends decides
+    whether it is deleted."""
+
+    api: Any
+    namespace: str
+    name: str
+    pods: PodLogs
+    follower: LogFollower
+    say: Callable[[str], None]
+
+    def log_tail(self, lines: int | None) -> str:
+        return node0_log(self.pods, self.namespace, self.name, lines)
+
+    def delete(self) -> None:
         # The pods of a deleted TrainJob may run out their whole termination grace: nothing
         # they print meanwhile is the step's, so stop following them first.
-        follower.stop()
-        _delete(api, namespace, name)
+        self.follower.stop()
+        _delete(self.api, self.namespace, self.name)
 
-    try:
-        with _sigterm_raises():
-            final = _follow(api, namespace, name, obj, start + timeout, on_update, startup)
-    except TrainJobStuck as e:
-        delete()
-        raise TrainJobStuck(f"{e}; deleted it") from None
-    except TrainJobTimeout:
-        last_lines = log_tail(LOG_TAIL_LINES)  # before the delete takes the pods and their logs
-        delete()
-        raise TrainJobTimeout(
-            f"TrainJob {namespace}/{name} did not finish within {timeout:g} s; deleted it. "
-            f"Log tail:\n{last_lines}"
-        ) from None
-    except TrainJobFailed:
-        raise  # it ended (or is gone) already: its pods and their logs stay for a look
-    except BaseException as e:
-        # SIGTERM (KFP's Terminate), Ctrl-C, an API error: nobody follows the TrainJob any
-        # more, so nothing may keep running for it.
-        delete()
-        say(f"{_in_one_line(e)}: deleted TrainJob {namespace}/{name}")
-        raise
-    finally:
-        follower.finish()  # returns at once where delete() stopped it
-    elapsed = time.monotonic() - start
-    if failed := conditions(final).get("Failed"):
-        raise TrainJobFailed(
-            f"TrainJob {namespace}/{name} failed after {elapsed:.0f} s: "
-            f"{failed.get('reason', '?')}: {failed.get('message', '')}\n"
-            f"Log tail:\n{log_tail(LOG_TAIL_LINES)}"
-        )
-    log = log_tail(None)
-    say(f"TrainJob {namespace}/{name} complete after {elapsed:.0f} s.")
-    if not follower.shown:  # the log was not followed: show its end now
-        say(f"Log tail:\n{tail(log)}")
-    files = follower.files(log)
-    return Outcome(name=name, namespace=namespace, log=log, files=files, elapsed_s=elapsed)
+    def follow(
+        self,
+        obj: dict[str, Any],
+        start: float,
+        timeout: float,
+        on_update: Callable[[dict[str, Any]], None] | None,
+        startup: _Startup,
+    ) -> dict[str, Any]:
+        """Its last version, once it ended. Deletes it and raises when it does not start, is
+        not done `timeout` seconds after `start`, or this step stops following it."""
+        where = f"{self.namespace}/{self.name}"
+        try:
+            with _sigterm_raises():
+                return _follow(self.api, self.namespace, self.name, obj, start + timeout,
+                               on_update, startup)  # fmt: skip
+        except TrainJobStuck as e:
+            self.delete()
+            raise TrainJobStuck(f"{e}; deleted it") from None
+        except TrainJobTimeout:
+            last_lines = self.log_tail(LOG_TAIL_LINES)  # before the delete takes the pods' logs
+            self.delete()
+            raise TrainJobTimeout(
+                f"TrainJob {where} did not finish within {timeout:g} s; deleted it. "
+                f"Log tail:\n{last_lines}"
+            ) from None
+        except TrainJobFailed:
+            raise  # it ended (or is gone) already: its pods and their logs stay for a look
+        except BaseException as e:
+            # SIGTERM (KFP's Terminate), Ctrl-C, an API error: nobody follows the TrainJob any
+            # more, so nothing may keep running for it.
+            self.delete()
+            self.say(f"{_in_one_line(e)}: deleted TrainJob {where}")
+            raise
+        finally:
+            self.follower.finish()  # returns at once where delete() stopped it
+
+    def outcome(self, final: dict[str, Any], elapsed: float) -> Outcome:
+        """What the ended TrainJob left: its log and files; raises TrainJobFailed if it failed."""
+        where = f"{self.namespace}/{self.name}"
+        if failed := conditions(final).get("Failed"):
+            raise TrainJobFailed(
+                f"TrainJob {where} failed after {elapsed:.0f} s: "
+                f"{failed.get('reason', '?')}: {failed.get('message', '')}\n"
+                f"Log tail:\n{self.log_tail(LOG_TAIL_LINES)}"
+            )
+        log = self.log_tail(None)
+        self.say(f"TrainJob {where} complete after {elapsed:.0f} s.")
+        if not self.follower.shown:  # the log was not followed: show its end now
+            self.say(f"Log tail:\n{tail(log)}")
+        return Outcome(name=self.name, namespace=self.namespace, log=log,
+                       files=self.follower.files(log), elapsed_s=elapsed)  # fmt: skip
 
 
 @dataclass
