@@ -175,7 +175,7 @@ def test_a_new_training_flag_is_two_edits(tmp_path):
         shutil.copytree(PROJECT / part, tree / part,
                         ignore=shutil.ignore_patterns("__pycache__", "*.tiktoken"))
     shutil.copy(PROJECT / "images.env", tree)
-    config = tree / "gpt" / "config.py"
+    config = tree / "gpt" / "config" / "configs.py"
     text = config.read_text()
     anchor = text.index("    def __post_init__", text.index("class TrainConfig("))
     config.write_text(text[:anchor] + '    fresh_knob: int = 7\n    """A flag a newcomer adds, '
