@@ -17,25 +17,22 @@ from pathlib import Path
 import pytest
 import yaml
 
-from components.generative_prompt import generative_prompt
-from components.load_corpus import load_corpus
 from components.step.dispatch import UNSET, StepKnobs, sort_knobs
 from components.step.knobs import documented, knob_docs
-from components.train_gpt import train_gpt
 from components.trainjob.placement import Placement
 from gpt.stages import STAGES
 from pipeline.parameters import with_step_parameters
-from pipeline.pipeline import gpt_trainjobs_pipeline
+from pipeline.pipeline import DEADLINES, STEPS, gpt_trainjobs_pipeline
 
 PROJECT = Path(__file__).resolve().parent.parent
-COMPONENTS = {"load-corpus": load_corpus, "train-gpt": train_gpt,
-              "generative-prompt": generative_prompt}  # fmt: skip
+COMPONENTS = {step.name: step for step in STEPS}
 # Where a component's default is the step's own, not the knob's, and why.
 STEP_DEFAULTS = {
     "root": "/gpt",  # the runtimes mount PVC gpt-pvc there (the CLI's: a folder `runs`)
     "idle_timeout": 600,  # a prompt pod nobody attaches to ends (the CLI waits forever)
 }
-# A step's deadline is its own: loading, training and talking take different times.
+# A step's deadline is its own: loading, training and talking take different times (a step not
+# named here has the knob's).
 TIMEOUTS = {"load-corpus": 1800, "train-gpt": 86400, "generative-prompt": 3600}
 
 
@@ -81,8 +78,9 @@ def test_every_parameter_is_a_knob_with_its_type_and_default(stage_name):
         if name == "run":  # load-corpus: empty, the KFP run id; the others: the step before's
             assert p.default in ("", inspect.Parameter.empty)
             continue
-        want = TIMEOUTS[stage_name] if name == "timeout" else STEP_DEFAULTS.get(
-            name, field_default(fields[name]))
+        want = STEP_DEFAULTS.get(name, field_default(fields[name]))
+        if name == "timeout":
+            want = TIMEOUTS.get(stage_name, want)
         assert p.default == want, f"{stage_name}({name}): default {p.default!r} != {want!r}"
 
 
@@ -107,7 +105,7 @@ def test_every_text_in_the_compiled_yaml_is_its_knobs(tmp_path):
         for n, p in c.component_spec.inputs.items():
             components.setdefault(n, p)
     for name, p in pipeline_params.items():
-        own = {"train_timeout": "timeout", "prompt_timeout": "timeout"}.get(name, name)
+        own = "timeout" if name in DEADLINES.values() else name
         text = " ".join(p["description"].split())
         assert text.endswith(" ".join(components[own].description.split())), name
 
@@ -123,8 +121,8 @@ def test_the_pipeline_takes_every_steps_knob_once_with_the_steps_default():
                 assert params[name].default.endswith(":" + params[name].default.split(":")[-1])
                 continue
             assert (params[name].annotation, params[name].default) == (p.annotation, p.default)
-    assert params["train_timeout"].default == TIMEOUTS["train-gpt"]
-    assert params["prompt_timeout"].default == TIMEOUTS["generative-prompt"]
+    for stage_name, deadline in DEADLINES.items():
+        assert params[deadline].default == TIMEOUTS[stage_name]
     assert params["run"].default == ""  # load-corpus's: the KFP run id
 
 
