@@ -64,6 +64,13 @@ def test_the_runtimes_follow_the_sdk_shape_and_share_the_pvc():
         assert container.get("stdin", False) is container.get("tty", False) is interactive
 
 
+def test_the_kustomization_applies_every_stages_runtime():
+    kustomization = yaml.safe_load((PROJECT / "runtimes/kustomization.yaml").read_text())
+    assert kustomization["resources"] == [f"{stage.runtime}.yaml" for stage in STAGES.values()]
+    assert all(RUNTIMES[stage.runtime]["metadata"]["name"] == stage.runtime
+               for stage in STAGES.values())  # fmt: skip
+
+
 @pytest.mark.apiserver
 def test_runtimes_apply_and_are_accepted_as_written(custom_api):
     for name, rt in RUNTIMES.items():
