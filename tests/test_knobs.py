@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import os
+import re
 import subprocess
 import sys
 import types
@@ -124,6 +125,21 @@ def test_the_pipeline_takes_every_steps_knob_once_with_the_steps_default():
     for stage_name, deadline in DEADLINES.items():
         assert params[deadline].default == TIMEOUTS[stage_name]
     assert params["run"].default == ""  # load-corpus's: the KFP run id
+
+
+def cluster_md_names(starting: str, ending: str) -> set[str]:
+    """The `names` docs/cluster.md gives between two phrases."""
+    text = " ".join((PROJECT / "docs" / "cluster.md").read_text().split())
+    start = text.index(starting)
+    return set(re.findall(r"`(\w+)`", text[start:text.index(ending, start)]))
+
+
+def test_cluster_md_names_the_pipeline_parameters_and_the_flags_left_at_their_default():
+    params = inspect.signature(gpt_trainjobs_pipeline.pipeline_func).parameters
+    assert cluster_md_names("The pipeline's parameters are", "Keep `backend") == params.keys()
+    taken = {name for step in STEPS for name in step.component_spec.inputs}
+    left = {f.name for stage in STAGES.values() for f in dataclasses.fields(stage.config)} - taken
+    assert cluster_md_names("Left at their CLI default:", "`python -m gpt") == left
 
 
 def test_steps_that_disagree_on_a_shared_knob_are_refused():
