@@ -1,21 +1,46 @@
-"""`gpt_trainjobs_pipeline`: load-corpus -> train-gpt -> generative-prompt.
+"""`gpt_trainjobs_pipeline`: the stage table's stages as steps, in its order (gpt/stages.py):
+load-corpus -> train-gpt -> generative-prompt.
 
 Each step creates a Kubeflow Trainer TrainJob (backend="trainjob") or runs the stage as a local
 process (backend="local"); the stages share the run directory `<root>/<run>/`, whose name each
 step hands the next. The pipeline's parameters are its steps' (pipeline/parameters.py): the
 CLI's names, defaults and texts (one name per knob), one value for a knob several steps share.
+A new stage's step follows from its row and its component (components/<stage>.py); only a
+deadline of its own as a pipeline parameter is a line here (DEADLINES).
 """
 
-from kfp import dsl, kubernetes
+import importlib
 
-from components.generative_prompt import generative_prompt
-from components.load_corpus import load_corpus
+from kfp import dsl, kubernetes
+from kfp.dsl.base_component import BaseComponent
+
 from components.step.context import NAMESPACE_ENV, RUN_ID_ENV, RUN_ID_LABEL
 from components.step.image_names import workload_image
-from components.train_gpt import train_gpt
+from gpt.stages import STAGES, Stage
 from pipeline.parameters import Knobs, with_step_parameters
 
 NAME = "gpt-trainjobs"
+
+
+def component_of(stage: Stage) -> BaseComponent:
+    """The stage's KFP component: the function named as the stage (`train_gpt`) in its
+    component module (components/train_gpt.py)."""
+    module = importlib.import_module(stage.component_module)
+    return getattr(module, stage.name.replace("-", "_"))
+
+
+STEPS = [component_of(stage) for stage in STAGES.values()]
+FIRST = STEPS[0].name
+# A step's own deadline, as a pipeline parameter of its own name (steps differ: loading, training
+# and talking take different times); a step not named here keeps its component's (load-corpus's).
+DEADLINES = {"train-gpt": "train_timeout", "generative-prompt": "prompt_timeout"}
+
+
+def wired(step: BaseComponent) -> set[str]:
+    """The step's parameters the pipeline sets itself: the first step's run id (the KFP run's),
+    every other step's run directory (from the step before), a deadline not in DEADLINES."""
+    own = {"kfp_run_id"} if step.name == FIRST else {"run"}
+    return own if step.name in DEADLINES else own | {"timeout"}
 
 
 @dsl.pipeline(
@@ -23,26 +48,25 @@ NAME = "gpt-trainjobs"
     description="Train a GPT from scratch with Kubeflow Trainer TrainJobs, then talk to it.",
 )
 @with_step_parameters(
-    [load_corpus, train_gpt, generative_prompt],
-    # set by the pipeline itself: the run id, and each step's run directory from the step before
-    wired={"load-corpus": {"kfp_run_id", "timeout"}, "train-gpt": {"run"},
-           "generative-prompt": {"run"}},  # fmt: skip
-    # each step's own deadline (load-corpus keeps its component's)
-    renamed={"train-gpt": {"timeout": "train_timeout"},
-             "generative-prompt": {"timeout": "prompt_timeout"}},  # fmt: skip
+    STEPS,
+    wired={step.name: wired(step) for step in STEPS},
+    renamed={name: {"timeout": parameter} for name, parameter in DEADLINES.items()},
     # fixed when the pipeline compiles (images.env, or IMAGE_REGISTRY/IMAGE_TAG); a run may
     # override it, e.g. with a CUDA build
     defaults={"workload_image": workload_image()},
 )
 def gpt_trainjobs_pipeline(knobs: Knobs):
-    """load-corpus -> train-gpt -> generative-prompt."""
-    corpus = load_corpus(**knobs.of(load_corpus), kfp_run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER)
-    train = train_gpt(**knobs.of(train_gpt), run=corpus.outputs["Output"])
-    chat = generative_prompt(**knobs.of(generative_prompt), run=train.outputs["Output"])
-    for task in (corpus, train, chat):
+    """The stage table's steps in its order, each taking the run from the step before."""
+    before = None  # the step before: its output is the run directory's name
+    for step in STEPS:
+        if before is None:
+            task = step(**knobs.of(step), kfp_run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER)
+        else:
+            task = step(**knobs.of(step), run=before.outputs["Output"])
         # Every step creates a TrainJob and writes the PVC: a cached step would skip both.
         task.set_caching_options(False)
         # The step's own namespace, and its run id where a KFP backend before 2.5 leaves
         # PIPELINE_JOB_ID_PLACEHOLDER unresolved: from its pod, through the downward API.
         kubernetes.use_field_path_as_env(task, NAMESPACE_ENV, "metadata.namespace")
         kubernetes.use_field_path_as_env(task, RUN_ID_ENV, f"metadata.labels['{RUN_ID_LABEL}']")
+        before = task

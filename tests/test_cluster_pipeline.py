@@ -12,6 +12,7 @@ from cluster.kfp_step import step_env, unresolved_run_id
 from cluster.kubelet import LogRotation
 from support.runs import TINY_PIPELINE  # as in the local backend's end-to-end test
 
+from gpt.stages import STAGES
 from pipeline.__main__ import COMPILED
 
 RUN_ID = "6f1c2a9e-3b7d-4c1e-9a2f-0d4e5b6c7a8b"  # a KFP run id
@@ -46,12 +47,11 @@ def test_the_compiled_pipeline_completes_on_the_test_cluster(trainer_cluster, tm
                  **{**TINY_PIPELINE, "log_interval": 1, "max_iters": 100_000,
                     "time_budget": 4.0})  # fmt: skip
 
-    # Three TrainJobs in the steps' namespace, one per stage and runtime, labelled with the
+    # A TrainJob per stage in the steps' namespace, one per stage and runtime, labelled with the
     # run, each Complete.
     runs = trainer_cluster.runs
     labels = [r.trainjob["metadata"]["labels"] for r in runs.values()]
-    assert sorted(lab["gpt-trainjobs/stage"] for lab in labels) == sorted(
-        ["generative-prompt", "load-corpus", "train-gpt"])
+    assert sorted(lab["gpt-trainjobs/stage"] for lab in labels) == sorted(STAGES)
     assert {lab["pipeline/runid"] for lab in labels} == {RUN_ID}
     for name, run in runs.items():
         assert run.trainjob["metadata"]["namespace"] == ns

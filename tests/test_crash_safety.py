@@ -31,6 +31,7 @@ from support.once import made_once
 from support.runs import TINY_PIPELINE
 
 from gpt.rundir.atomic import _LEFTOVER
+from gpt.stages import STAGES
 
 PROJECT = Path(__file__).resolve().parent.parent
 RUN = "crash"
@@ -53,9 +54,6 @@ def command(root: Path) -> list[str]:
     sets = [a for k, v in SETTINGS.items() for a in ("--set", f"{k}={json.dumps(v)}")]
     return [sys.executable, "-m", "pipeline", "run-local", "--root", str(root), "--run", RUN,
             *sets]
-
-
-STAGES = ("load-corpus", "train-gpt", "generative-prompt")
 
 
 class Pipeline:

@@ -25,6 +25,7 @@ import pytest
 import yaml
 
 from components.step import image_names as images
+from gpt.stages import STAGES
 
 PROJECT = Path(__file__).resolve().parent.parent
 DOCKER = PROJECT / "docker"
@@ -167,7 +168,7 @@ def runtime_security_contexts() -> list[dict]:
 
 def test_workload_image_user_matches_the_runtimes() -> None:
     contexts = runtime_security_contexts()
-    assert len(contexts) == 3, "expected the runtimes gpt-load-corpus/train-gpt/generative-prompt"
+    assert len(contexts) == len(STAGES), "expected one runtime per stage"
     ids = {(c["runAsUser"], c["runAsGroup"], c["fsGroup"]) for c in contexts}
     assert len(ids) == 1, f"the runtimes disagree on their user: {ids}"
     uid, gid, fs_group = ids.pop()

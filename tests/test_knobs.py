@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import os
-import shutil
+import re
 import subprocess
 import sys
 import types
@@ -16,26 +16,24 @@ from pathlib import Path
 
 import pytest
 import yaml
+from support.tree import copy_project
 
-from components.generative_prompt import generative_prompt
-from components.load_corpus import load_corpus
 from components.step.dispatch import UNSET, StepKnobs, sort_knobs
 from components.step.knobs import documented, knob_docs
-from components.train_gpt import train_gpt
 from components.trainjob.placement import Placement
 from gpt.stages import STAGES
 from pipeline.parameters import with_step_parameters
-from pipeline.pipeline import gpt_trainjobs_pipeline
+from pipeline.pipeline import DEADLINES, STEPS, gpt_trainjobs_pipeline
 
 PROJECT = Path(__file__).resolve().parent.parent
-COMPONENTS = {"load-corpus": load_corpus, "train-gpt": train_gpt,
-              "generative-prompt": generative_prompt}  # fmt: skip
+COMPONENTS = {step.name: step for step in STEPS}
 # Where a component's default is the step's own, not the knob's, and why.
 STEP_DEFAULTS = {
     "root": "/gpt",  # the runtimes mount PVC gpt-pvc there (the CLI's: a folder `runs`)
     "idle_timeout": 600,  # a prompt pod nobody attaches to ends (the CLI waits forever)
 }
-# A step's deadline is its own: loading, training and talking take different times.
+# A step's deadline is its own: loading, training and talking take different times (a step not
+# named here has the knob's).
 TIMEOUTS = {"load-corpus": 1800, "train-gpt": 86400, "generative-prompt": 3600}
 
 
@@ -74,15 +72,16 @@ def test_every_parameter_is_a_knob_with_its_type_and_default(stage_name):
     inputs = component.component_spec.inputs
     params = {n: p for n, p in inspect.signature(component.python_func).parameters.items()
               if n in inputs}  # fmt: skip
-    assert len(params) >= 12
+    assert {"root", "run"} <= params.keys()  # every stage's, whatever else it has
     for name, p in params.items():
         assert name in fields, f"{stage_name}({name}): no knob of that name"
         assert p.annotation == kfp_type(hints[name]), f"{stage_name}({name}): type"
         if name == "run":  # load-corpus: empty, the KFP run id; the others: the step before's
             assert p.default in ("", inspect.Parameter.empty)
             continue
-        want = TIMEOUTS[stage_name] if name == "timeout" else STEP_DEFAULTS.get(
-            name, field_default(fields[name]))
+        want = STEP_DEFAULTS.get(name, field_default(fields[name]))
+        if name == "timeout":
+            want = TIMEOUTS.get(stage_name, want)
         assert p.default == want, f"{stage_name}({name}): default {p.default!r} != {want!r}"
 
 
@@ -107,7 +106,7 @@ def test_every_text_in_the_compiled_yaml_is_its_knobs(tmp_path):
         for n, p in c.component_spec.inputs.items():
             components.setdefault(n, p)
     for name, p in pipeline_params.items():
-        own = {"train_timeout": "timeout", "prompt_timeout": "timeout"}.get(name, name)
+        own = "timeout" if name in DEADLINES.values() else name
         text = " ".join(p["description"].split())
         assert text.endswith(" ".join(components[own].description.split())), name
 
@@ -123,9 +122,24 @@ def test_the_pipeline_takes_every_steps_knob_once_with_the_steps_default():
                 assert params[name].default.endswith(":" + params[name].default.split(":")[-1])
                 continue
             assert (params[name].annotation, params[name].default) == (p.annotation, p.default)
-    assert params["train_timeout"].default == TIMEOUTS["train-gpt"]
-    assert params["prompt_timeout"].default == TIMEOUTS["generative-prompt"]
+    for stage_name, deadline in DEADLINES.items():
+        assert params[deadline].default == TIMEOUTS[stage_name]
     assert params["run"].default == ""  # load-corpus's: the KFP run id
+
+
+def cluster_md_names(starting: str, ending: str) -> set[str]:
+    """The `names` docs/cluster.md gives between two phrases."""
+    text = " ".join((PROJECT / "docs" / "cluster.md").read_text().split())
+    start = text.index(starting)
+    return set(re.findall(r"`(\w+)`", text[start:text.index(ending, start)]))
+
+
+def test_cluster_md_names_the_pipeline_parameters_and_the_flags_left_at_their_default():
+    params = inspect.signature(gpt_trainjobs_pipeline.pipeline_func).parameters
+    assert cluster_md_names("The pipeline's parameters are", "Keep `backend") == params.keys()
+    taken = {name for step in STEPS for name in step.component_spec.inputs}
+    left = {f.name for stage in STAGES.values() for f in dataclasses.fields(stage.config)} - taken
+    assert cluster_md_names("Left at their CLI default:", "`python -m gpt") == left
 
 
 def test_steps_that_disagree_on_a_shared_knob_are_refused():
@@ -183,11 +197,7 @@ def test_unset_is_minus_one_in_every_component_and_leaves_the_flag_out():
 def test_a_new_training_flag_is_two_edits(tmp_path):
     """The field with its docstring, and the component's signature line: the CLI, the
     component's text, the pipeline's parameter and text, and the TrainJob's command follow."""
-    tree = tmp_path / "project"
-    for part in ("gpt", "components", "pipeline"):
-        shutil.copytree(PROJECT / part, tree / part,
-                        ignore=shutil.ignore_patterns("__pycache__", "*.tiktoken"))
-    shutil.copy(PROJECT / "images.env", tree)
+    tree = copy_project(tmp_path / "project", ("gpt", "components", "pipeline", "images.env"))
     config = tree / "gpt" / "config" / "configs.py"
     text = config.read_text()
     anchor = text.index("    def __post_init__", text.index("class TrainConfig("))

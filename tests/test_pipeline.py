@@ -20,10 +20,11 @@ from components.generative_prompt import generative_prompt
 from components.load_corpus import load_corpus
 from components.step.image_names import workload_image
 from components.train_gpt import train_gpt
+from gpt.stages import STAGES
 from pipeline.__main__ import COMPILED
 
 PROJECT = Path(__file__).resolve().parent.parent
-STEPS = ["load-corpus", "train-gpt", "generative-prompt"]
+STEPS = list(STAGES)
 
 
 def compile_fresh(tmp_path: Path) -> Path:
@@ -35,14 +36,14 @@ def compile_fresh(tmp_path: Path) -> Path:
     return out
 
 
-def test_compiles_to_three_chained_uncached_steps(tmp_path):
+def test_compiles_to_the_stages_as_chained_uncached_steps(tmp_path):
     spec, platform = yaml.safe_load_all(compile_fresh(tmp_path).read_text())
     tasks = spec["root"]["dag"]["tasks"]
     assert sorted(tasks) == sorted(STEPS)
     # The run directory's name flows from step to step (a data dependency, not just an order).
-    run_of = {t: tasks[t]["inputs"]["parameters"]["run"] for t in STEPS[1:]}
-    assert run_of["train-gpt"]["taskOutputParameter"]["producerTask"] == "load-corpus"
-    assert run_of["generative-prompt"]["taskOutputParameter"]["producerTask"] == "train-gpt"
+    for before, t in zip(STEPS, STEPS[1:], strict=False):
+        assert tasks[t]["inputs"]["parameters"]["run"]["taskOutputParameter"] == {
+            "producerTask": before, "outputParameterKey": "Output"}, t
     corpus_id = tasks["load-corpus"]["inputs"]["parameters"]["kfp_run_id"]
     assert corpus_id["runtimeValue"]["constant"] == "{{$.pipeline_job_uuid}}"
     for t in STEPS:  # a cached step would create no TrainJob

@@ -24,6 +24,7 @@ from components.train_gpt import train_gpt
 from components.trainjob import launcher, podlogs
 from components.trainjob.attach import attach_hint
 from components.trainjob.launcher import GROUP, PLURAL, VERSION
+from gpt.stages import STAGES
 
 PROJECT = Path(__file__).resolve().parent.parent
 RUNTIMES = {p.stem: yaml.safe_load(p.read_text()) for p in PROJECT.glob("runtimes/gpt-*.yaml")}
@@ -36,8 +37,8 @@ def pod_spec(runtime: dict) -> dict:
     return job["template"]["spec"]["template"]["spec"]
 
 
-def test_the_three_runtimes_follow_the_sdk_shape_and_share_the_pvc():
-    assert set(RUNTIMES) == {"gpt-load-corpus", "gpt-train-gpt", "gpt-generative-prompt"}
+def test_the_runtimes_follow_the_sdk_shape_and_share_the_pvc():
+    assert set(RUNTIMES) == {stage.runtime for stage in STAGES.values()}
     for name, rt in RUNTIMES.items():
         assert rt["kind"] == "ClusterTrainingRuntime" and rt["metadata"]["name"] == name
         assert rt["metadata"]["labels"]["trainer.kubeflow.org/framework"] == "torch"
@@ -61,6 +62,13 @@ def test_the_three_runtimes_follow_the_sdk_shape_and_share_the_pvc():
         assert volumes[mounts["/gpt"]]["persistentVolumeClaim"]["claimName"] == "gpt-pvc"
         interactive = name == "gpt-generative-prompt"
         assert container.get("stdin", False) is container.get("tty", False) is interactive
+
+
+def test_the_kustomization_applies_every_stages_runtime():
+    kustomization = yaml.safe_load((PROJECT / "runtimes/kustomization.yaml").read_text())
+    assert kustomization["resources"] == [f"{stage.runtime}.yaml" for stage in STAGES.values()]
+    assert all(RUNTIMES[stage.runtime]["metadata"]["name"] == stage.runtime
+               for stage in STAGES.values())  # fmt: skip
 
 
 @pytest.mark.apiserver

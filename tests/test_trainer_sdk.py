@@ -40,10 +40,11 @@ from cluster.render import NODE, render
 from components.step.dispatch import run_stage
 from components.trainjob.launcher import GROUP, PLURAL, VERSION, TrainJobSpec, build_trainjob
 from components.trainjob.placement import Placement
+from gpt.stages import STAGES
 
 pytestmark = pytest.mark.apiserver
 
-OUR_RUNTIMES = {"gpt-load-corpus", "gpt-train-gpt", "gpt-generative-prompt"}
+OUR_RUNTIMES = {stage.runtime for stage in STAGES.values()}
 
 
 def trainer_client(apiserver, namespace: str):

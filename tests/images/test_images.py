@@ -18,6 +18,8 @@ from cluster.kfp_step import step_env, unresolved_run_id
 from support.runs import TINY_PIPELINE, write_data
 from support.trainjobs import train_on_cluster
 
+from gpt.stages import STAGES
+
 pytestmark = [pytest.mark.slow]
 
 # Budgets (docs/performance.md has the measured sizes): the CPU workload image is the base,
@@ -160,10 +162,10 @@ def test_the_pipeline_runs_in_the_images_end_to_end(built, image_rootfs, trainer
     finally:
         os.umask(old_umask)
 
-    assert len(steps) == 3  # every step ran in the component image
+    assert len(steps) == len(STAGES)  # every step ran in the component image
     runs = trainer_cluster.runs
     assert sorted(r.trainjob["metadata"]["labels"]["gpt-trainjobs/stage"] for r in runs.values()) \
-        == ["generative-prompt", "load-corpus", "train-gpt"]
+        == sorted(STAGES)
     for name, run in runs.items():
         assert run.error is None and len(run.pods) == 1, name
         pod = run.pods[0]
@@ -175,7 +177,7 @@ def test_the_pipeline_runs_in_the_images_end_to_end(built, image_rootfs, trainer
         assert (rundir / rel).is_file(), rel
     assert owners(rundir) == {(1000, 1000)}
     outputs = {p.parent.name: p for p in (tmp_path / "kfp").rglob("executor_output.json")}
-    assert set(outputs) == {"load-corpus", "train-gpt", "generative-prompt"}
+    assert set(outputs) == set(STAGES)
     assert {p.stat().st_uid for p in outputs.values()} == {1000}  # written by the step's user
     transcript = (outputs["generative-prompt"].parent / "transcript").read_text()
     assert "> To be" in transcript and "> or not" in transcript

@@ -6,6 +6,7 @@ rootdir conftest's folder there), never through another test module:
 - `support.models`: a run's model as train-gpt leaves it, and generative-prompt run on it.
 - `support.web`: a local HTTP server of corpus texts (conftest.py's `web_server` fixture).
 - `support.trainjobs`: train-gpt and stand-in programs as TrainJobs on the test cluster.
+- `support.tree`: a copy of the project to make edits in, and the files they changed.
 - `support.once`: what tests on different pytest-xdist workers compare against, made once.
 
 Fixtures live in tests/conftest.py, which imports them from here.
