@@ -31,7 +31,7 @@ def _trained(config: GPTConfig):
     import torch
 
     from gpt.models.model import GPT
-    from gpt.training.trainer import build_optimizer
+    from gpt.training.optimizer import build_optimizer
 
     torch.manual_seed(0)
     model = GPT(config)

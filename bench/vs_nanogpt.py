@@ -269,7 +269,7 @@ def run(quick: bool) -> Result:
 
     from gpt.config.configs import GPTConfig
     from gpt.models.model import GPT
-    from gpt.training.trainer import PEAK_FLOPS
+    from gpt.training.metrics import PEAK_FLOPS
 
     require_nanogpt()
     cuda = torch.cuda.is_available()

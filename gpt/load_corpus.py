@@ -54,54 +54,20 @@ class TextFile:
 
 
 def main(cfg: CorpusConfig) -> None:
+    """The stage: clean --source into a scratch file; unless the run holds data of these inputs
+    already, tokenize it and move the text and token files into place."""
     rundir = cfg.rundir
     kind = kind_of(cfg.source)
     with scratch_dir(rundir.path, what="the corpus (download, cleaned text, token ids)") as scratch:
         text_path = scratch / rundir.text_txt.name
-        reading = Progress("cleaned", source_bytes(cfg.source))
-        with open(text_path, "wb") as f:
-            text = TextFile(f)
-            docs = read_source(cfg.source, download_of(cfg), scratch, text.write, reading.update)
-        reading.done()
-        for doc in docs:
-            print(f"corpus: read {doc.origin} ({kind}): {doc.raw_bytes:,} bytes; {removal(doc)}")
-        compacted = cfg.compact and cfg.tokenizer == "gpt2"
-        inputs = CorpusInputs(
-            source=canonical(cfg.source),
-            tokenizer=cfg.tokenizer,
-            compact=compacted,
-            max_vocab=cfg.max_vocab if compacted else 0,
-            val_fraction=cfg.val_fraction,
-            block_size=cfg.block_size,
-            corpus_sha256=text.sha256.hexdigest(),
-        )
+        text, docs = clean(cfg, kind, text_path, scratch)
+        inputs = inputs_of(cfg, text)
         if up_to_date(rundir, inputs, cfg.overwrite):
             print(f"corpus: {rundir.path} already up to date (same inputs and text); "
                   "nothing written")
             return
-
-        tokenizing = Progress("tokenized", text.nbytes)
-        out = tokenize_file(
-            cfg.tokenizer, text_path, cut_at(text.chars, cfg.val_fraction), cfg.compact,
-            cfg.max_vocab, scratch, tokenizing.update,
-        )
-        tokenizing.done()
-        check_length(cfg, out)
-        tok = out.tokenizer
-        print(f"corpus: tokenizer {describe(tok)}")
-        if out.sample_bytes:
-            print(f"corpus: its tokens counted on {out.sample_bytes:,} bytes of the text, "
-                  "in slices spread evenly over it")
-        meta = DataMeta(
-            **dataclasses.asdict(inputs),
-            vocab_size=tok.vocab_size,
-            eot_id=tok.eot_id,
-            dtype=dtype_for(tok.vocab_size),
-            train_tokens=out.tokens[0],
-            val_tokens=out.tokens[1],
-            train_bytes=out.nbytes[0],
-            val_bytes=out.nbytes[1],
-        )
+        out = tokenize(cfg, text_path, text, scratch)
+        meta = meta_of(inputs, out)
         source = {
             "source": inputs.source,
             "kind": kind,
@@ -109,13 +75,72 @@ def main(cfg: CorpusConfig) -> None:
             "kept_bytes": text.nbytes,
             "sha256": inputs.corpus_sha256,
         }
-        write(rundir, scratch, source, tok, meta)
+        write(rundir, scratch, source, out.tokenizer, meta)
     print(
         f"corpus: train {meta.train_tokens:,} tokens ({meta.train_bytes:,} bytes), "
         f"val {meta.val_tokens:,} tokens ({meta.val_bytes:,} bytes), {meta.dtype}"
     )
     print(f"corpus: wrote {rundir.corpus_dir}/{{text.txt,source.json}}")
     print(f"corpus: wrote {rundir.data_dir}/{{train.bin,val.bin,tokenizer.json,meta.json}}")
+
+
+def clean(cfg: CorpusConfig, kind: str, text_path: Path,
+          scratch: Path) -> tuple[TextFile, list[Document]]:
+    """Read --source (of `kind`) cleaned into `text_path`, downloads into `scratch`; say what
+    each document gave."""
+    reading = Progress("cleaned", source_bytes(cfg.source))
+    with open(text_path, "wb") as f:
+        text = TextFile(f)
+        docs = read_source(cfg.source, download_of(cfg), scratch, text.write, reading.update)
+    reading.done()
+    for doc in docs:
+        print(f"corpus: read {doc.origin} ({kind}): {doc.raw_bytes:,} bytes; {removal(doc)}")
+    return text, docs
+
+
+def inputs_of(cfg: CorpusConfig, text: TextFile) -> CorpusInputs:
+    """What the data will be made from: the flags that shape it and the cleaned text's hash."""
+    compacted = cfg.compact and cfg.tokenizer == "gpt2"
+    return CorpusInputs(
+        source=canonical(cfg.source),
+        tokenizer=cfg.tokenizer,
+        compact=compacted,
+        max_vocab=cfg.max_vocab if compacted else 0,
+        val_fraction=cfg.val_fraction,
+        block_size=cfg.block_size,
+        corpus_sha256=text.sha256.hexdigest(),
+    )
+
+
+def tokenize(cfg: CorpusConfig, text_path: Path, text: TextFile, scratch: Path) -> TokenFiles:
+    """The token files of the cleaned text at `text_path`, written into `scratch`, long enough
+    for --block_size in both splits."""
+    tokenizing = Progress("tokenized", text.nbytes)
+    out = tokenize_file(
+        cfg.tokenizer, text_path, cut_at(text.chars, cfg.val_fraction), cfg.compact,
+        cfg.max_vocab, scratch, tokenizing.update,
+    )
+    tokenizing.done()
+    check_length(cfg, out)
+    print(f"corpus: tokenizer {describe(out.tokenizer)}")
+    if out.sample_bytes:
+        print(f"corpus: its tokens counted on {out.sample_bytes:,} bytes of the text, "
+              "in slices spread evenly over it")
+    return out
+
+
+def meta_of(inputs: CorpusInputs, out: TokenFiles) -> DataMeta:
+    tok = out.tokenizer
+    return DataMeta(
+        **dataclasses.asdict(inputs),
+        vocab_size=tok.vocab_size,
+        eot_id=tok.eot_id,
+        dtype=dtype_for(tok.vocab_size),
+        train_tokens=out.tokens[0],
+        val_tokens=out.tokens[1],
+        train_bytes=out.nbytes[0],
+        val_bytes=out.nbytes[1],
+    )
 
 
 def check_length(cfg: CorpusConfig, out: TokenFiles) -> None:

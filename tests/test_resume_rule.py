@@ -1,6 +1,6 @@
-"""A checkpoint's typed state (gpt/training/checkpoint.py's `CheckpointState`) and the one rule for
-what a run's unset flags become, new or resumed (gpt/training/resume_rule.py's
-`resolve_settings`)."""
+"""A checkpoint's typed state (gpt/training/checkpoint.py's `CheckpointState`) and the rule for
+what a run's unset --dropout, --spelling and --ema_decay become, new or resumed
+(gpt/training/resume_rule.py's `resolve_settings`)."""
 
 from __future__ import annotations
 

@@ -44,8 +44,9 @@ from gpt.rundir.layout import DataMeta, RunDir
 from gpt.training import checkpoint
 from gpt.training import trainer as trainer_module
 from gpt.training.divergence import NonFiniteLoss
+from gpt.training.optimizer import lr_at
 from gpt.training.resume_rule import resolve_settings
-from gpt.training.trainer import Trainer, lr_at
+from gpt.training.trainer import Trainer
 
 
 def test_short_run_lowers_the_loss_and_writes_every_output(root: Path, capsys) -> None:
@@ -494,7 +495,7 @@ def test_a_compiled_step_trains_as_the_eager_one(root: Path) -> None:
 
 def test_compiling_by_default_needs_the_c_compiler_triton_would_find(monkeypatch,
                                                                      tmp_path: Path) -> None:
-    from gpt.training.trainer import c_compiler
+    from gpt.training.compute import c_compiler
 
     monkeypatch.delenv("CC", raising=False)
     monkeypatch.setenv("PATH", str(tmp_path))  # no gcc, no clang

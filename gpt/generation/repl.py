@@ -69,6 +69,32 @@ def _top_k(text: str) -> int:
 SETTINGS = {"temperature": float, "top_k": _top_k, "top_p": float, "max_new_tokens": int}
 
 
+class _Streamed:
+    """A reply as it streams: its text so far and its tokens. Byte-level BPE tokens can split a
+    UTF-8 character, so the text is decoded from their bytes incrementally."""
+
+    def __init__(self) -> None:
+        self.decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self.pieces: list[str] = []
+        self.tokens = 0
+        self.interrupted = True
+        """Until the reply ends by itself (end of text or max_new_tokens), not by Ctrl-C."""
+
+    def add(self, data: bytes) -> str:
+        """The text of a token's bytes `data` that is whole now (possibly none)."""
+        self.pieces.append(self.decoder.decode(data))
+        return self.pieces[-1]
+
+    def end(self) -> str:
+        """The text of bytes left over at the end (a cut character decodes as U+FFFD)."""
+        self.pieces.append(self.decoder.decode(b"", final=True))
+        return self.pieces[-1]
+
+    @property
+    def text(self) -> str:
+        return "".join(self.pieces)
+
+
 class Chat:
     """A model, its tokenizer and the current settings; answers prompts and logs them."""
 
@@ -94,25 +120,14 @@ class Chat:
 
     def reply(self, text: str) -> None:
         """Stream the model's continuation of `text` and append both to the transcript."""
-        ids, replaced = self.tokenizer.encode_lossy(text)
-        if replaced:
-            shown = " ".join(repr(c) for c in dict.fromkeys(replaced))
-            self.say(f"{NOTE}not in the tokenizer's vocabulary, replaced: {shown}")
-        if not ids:
-            if self.tokenizer.eot_id is None:
-                self.say(f"{NOTE}nothing left of that prompt to continue; try other words")
-                return
-            ids = [self.tokenizer.eot_id]  # start of a fresh document: unconditional text
-        block_size = self.model.config.block_size
-        if len(ids) > block_size:
-            self.say(f"{NOTE}prompt is {len(ids)} tokens; the model sees the last {block_size}")
+        prompt = self._prompt_ids(text)
+        if prompt is None:
+            return
+        ids, replaced = prompt
         seed, settings = self.seed, self.settings
         self.seed += 1
         generator = new_generator(seed, self.model.lm_head.weight.device)
-        # byte-level BPE tokens can split a UTF-8 character: decode bytes incrementally
-        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-        pieces: list[str] = []
-        n, t0, interrupted = 0, time.perf_counter(), True
+        streamed, t0 = _Streamed(), time.perf_counter()
         self.out.write(REPLY)
         self.out.flush()
         try:
@@ -124,33 +139,54 @@ class Chat:
                 eot_id=self.tokenizer.eot_id,
                 vocab_size=self.tokenizer.vocab_size,
             ):
-                piece = decoder.decode(self.tokenizer.decode_bytes([token]))
-                pieces.append(piece)
-                self.out.write(piece)
+                self.out.write(streamed.add(self.tokenizer.decode_bytes([token])))
                 self.out.flush()
-                n += 1
-            interrupted = False
+                streamed.tokens += 1
+            streamed.interrupted = False
         finally:  # Ctrl-C mid-reply still records what was said
-            pieces.append(decoder.decode(b"", final=True))
-            self.say(pieces[-1])
-            atomic.append_jsonl(
-                self.transcript,
-                {
-                    "time": datetime.now(UTC).isoformat(timespec="seconds"),
-                    "prompt": text,
-                    "reply": "".join(pieces),
-                    "replaced": replaced,
-                    "prompt_tokens": len(ids),
-                    "reply_tokens": n,
-                    "stopped": "interrupted" if interrupted
-                    else "max_new_tokens" if n == settings.max_new_tokens
-                    else "end_of_text",
-                    "seconds": round(time.perf_counter() - t0, 3),
-                    "seed": seed,
-                    **dataclasses.asdict(settings),
-                },
-                what="the transcript",
-            )
+            self.say(streamed.end())
+            self._record(text, prompt, streamed, seed, settings, time.perf_counter() - t0)
+
+    def _prompt_ids(self, text: str) -> tuple[list[int], list[str]] | None:
+        """`text`'s token ids (an empty prompt: the end of text, a fresh document) and the
+        characters the tokenizer replaced; None, once it has said why, if nothing is left."""
+        ids, replaced = self.tokenizer.encode_lossy(text)
+        if replaced:
+            shown = " ".join(repr(c) for c in dict.fromkeys(replaced))
+            self.say(f"{NOTE}not in the tokenizer's vocabulary, replaced: {shown}")
+        if not ids:
+            if self.tokenizer.eot_id is None:
+                self.say(f"{NOTE}nothing left of that prompt to continue; try other words")
+                return None
+            ids = [self.tokenizer.eot_id]  # start of a fresh document: unconditional text
+        block_size = self.model.config.block_size
+        if len(ids) > block_size:
+            self.say(f"{NOTE}prompt is {len(ids)} tokens; the model sees the last {block_size}")
+        return ids, replaced
+
+    def _record(self, text: str, prompt: tuple[list[int], list[str]], streamed: _Streamed,
+                seed: int, settings: SamplingConfig, seconds: float) -> None:
+        """Append a reply to the transcript: the prompt `text` (its ids and replaced characters
+        `prompt`), what was `streamed`, and what made it."""
+        ids, replaced = prompt
+        atomic.append_jsonl(
+            self.transcript,
+            {
+                "time": datetime.now(UTC).isoformat(timespec="seconds"),
+                "prompt": text,
+                "reply": streamed.text,
+                "replaced": replaced,
+                "prompt_tokens": len(ids),
+                "reply_tokens": streamed.tokens,
+                "stopped": "interrupted" if streamed.interrupted
+                else "max_new_tokens" if streamed.tokens == settings.max_new_tokens
+                else "end_of_text",
+                "seconds": round(seconds, 3),
+                "seed": seed,
+                **dataclasses.asdict(settings),
+            },
+            what="the transcript",
+        )
 
     def command(self, line: str) -> None:
         """Handle a `/name [value]` line: change or show a setting, or print help."""

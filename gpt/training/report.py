@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import json
+import shlex
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from gpt.config.configs import TrainConfig
 from gpt.rundir import atomic
 from gpt.rundir.layout import RunDir
+from gpt.stages import TRAIN_GPT, to_args
+from gpt.training.checkpoint import TrainState
 
 
 @dataclass(frozen=True)
@@ -25,6 +29,31 @@ class Summary:
     val_bpb: float
     command: str
     """The command line that repeats the run."""
+
+
+def stopped_by(cfg: TrainConfig, st: TrainState) -> str:
+    """What ended a finished run: the flag whose limit it reached."""
+    return "max_iters" if st.step >= cfg.max_iters else "time_budget"
+
+
+def summary(cfg: TrainConfig, st: TrainState, val: dict[str, float], model: str, data: str,
+            where: str) -> Summary:
+    """The summary of a run with flags `cfg` that ended at `st` with validation losses `val`,
+    of `model` on `data`, trained on `where` (the processes and device)."""
+    settings = {k: v for k, v in vars(cfg).items() if k not in ("root", "run")}
+    return Summary(
+        model=model,
+        data=data,
+        training=(
+            f"{st.step} steps of {cfg.batch_size} x {cfg.block_size} tokens, "
+            f"{st.tokens:,} tokens in {st.elapsed_s:.0f} s "
+            f"({st.tokens / max(st.elapsed_s, 1e-9):,.0f} tokens/s), "
+            f"{where}; stopped by {stopped_by(cfg, st)}"
+        ),
+        val_loss=val["val_loss"],
+        val_bpb=val["val_bpb"],
+        command=shlex.join(TRAIN_GPT.command(to_args(settings))),
+    )
 
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:

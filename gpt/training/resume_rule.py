@@ -1,11 +1,17 @@
-"""What a training run's model and weight average are: the one rule for flags left unset.
+"""What a training run's model and weight average are: the rule for the three flags left unset
+that a resumed run must keep, --dropout, --spelling and --ema_decay.
 
-A flag given wins. A flag left unset is decided once, when the run starts, by the data and the
+A flag given wins. Left unset, each is decided once, when the run starts, by the data and the
 other flags (the defaults below), and a resumed run keeps what it started with, read from its
 checkpoint's state (gpt/training/checkpoint.py's `CheckpointState`): a rerun with a raised
 --max_iters, which now passes over the text more often, trains on with the dropout and weight
 average it began with, as an uninterrupted run would have. `resolve_settings` applies that rule to
-every such knob; `Trainer` builds what it returns.
+those three; `Trainer` builds what it returns.
+
+The other flags that may be left unset are decided afresh at every start, resumed or not, where
+they are used: --warmup_iters by `TrainConfig` (gpt/config/configs.py, from --max_iters),
+--compile and --dtype auto by gpt/training/compute.py, --chunked_loss by `GPT.forward`
+(gpt/models/model.py), --device auto by gpt/distributed/world.py (all four from the device).
 """
 
 from __future__ import annotations
@@ -33,7 +39,7 @@ T = TypeVar("T")
 
 @dataclass(frozen=True)
 class RunSettings:
-    """What a run trains with once every unset flag is decided."""
+    """What a run trains with once its unset --dropout, --spelling and --ema_decay are decided."""
 
     model: GPTConfig
     """The model to build: the flags' shape, the data's vocabulary, dropout and spelling."""

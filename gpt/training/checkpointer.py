@@ -1,0 +1,99 @@
+"""What train-gpt keeps in a checkpoint, restoring it, and when one is due by the clock (the
+files themselves: gpt/training/checkpoint.py)."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+from gpt.config.configs import TrainConfig
+from gpt.data.batches import TokenData
+from gpt.distributed.world import World
+from gpt.errors import InputError
+from gpt.models.model import GPT
+from gpt.training import checkpoint, report
+from gpt.training.checkpoint import CheckpointState, TrainState
+from gpt.training.ema import WeightAverage
+
+
+class Checkpointer:
+    """The checkpoints of one run. Each holds the run's whole training state: the weights, the
+    optimizer, the weight average (if any), the `TrainState` (progress) and every rank's RNGs,
+    with the facts a resume checks beside them (`CheckpointState`: the model and average as
+    built, the flags, the data's identity, the number of ranks)."""
+
+    def __init__(self, cfg: TrainConfig, world: World, data: TokenData, model: GPT,
+                 optimizer: torch.optim.Optimizer, average: WeightAverage | None,
+                 log: Callable[[str], None]) -> None:
+        self.cfg, self.world, self.rundir, self.data = cfg, world, cfg.rundir, data
+        self.model, self.optimizer, self.average, self.log = model, optimizer, average, log
+        self.saved_at = time.perf_counter()
+        """When the last checkpoint was written (or training started), by this rank's clock."""
+
+    def restore_or_start(self, latest: Path | None, saved: CheckpointState | None) -> TrainState:
+        """Load `latest` (ckpt/LATEST, if --resume allows and there is one), whose state is
+        `saved`, and return its progress. Without one, clear what an earlier attempt left."""
+        cfg, rundir, world = self.cfg, self.rundir, self.world
+        if latest is None:
+            if cfg.resume == "require":
+                raise InputError(f"--resume require: no checkpoint to resume in {rundir.ckpt_dir}")
+            if world.is_main:  # a fresh start must not mix with an earlier attempt's files
+                checkpoint.clear(rundir)
+                rundir.train_jsonl.unlink(missing_ok=True)
+            return TrainState()
+        self._check_compatible(latest, saved)
+        average = self.average.model if self.average else None
+        checkpoint.load_weights(latest, self.model, self.optimizer, world.device, average)
+        state = dataclasses.replace(saved.train)  # a copy: training advances it
+        rngs = checkpoint.read_rngs(latest)
+        # A rank the saved run did not have keeps its fresh seed.
+        if str(world.rank) in rngs:
+            checkpoint.set_rng_state(rngs[str(world.rank)], world.device)
+        if world.is_main:
+            checkpoint.prune(rundir, cfg.keep_last)  # staging dirs of a write that was cut off
+            report.keep_until(rundir.train_jsonl, state.step)
+        return state
+
+    def _check_compatible(self, path: Path, saved: CheckpointState) -> None:
+        def diff(before: dict, now: dict) -> list[str]:
+            return [f"{k} {before.get(k)!r} -> {v!r}" for k, v in now.items() if before.get(k) != v]
+
+        hint = "use a new --run, or --resume never to start over"
+        for what, before, now in (
+            ("on different data", saved.data, self.data.meta.identity()),
+            ("with a different model", dataclasses.asdict(saved.model),
+             dataclasses.asdict(self.model.config)),
+        ):
+            if changed := diff(before, now):
+                raise InputError(f"{path}: trained {what} ({'; '.join(changed)}); {hint}")
+        flags = {k: v for k, v in vars(self.cfg).items() if k not in ("root", "run", "resume")}
+        if changed := diff(saved.config, flags):
+            self.log(f"resuming with changed settings: {'; '.join(changed)}")
+
+    def clock_due(self) -> bool:
+        """Whether ckpt_interval_s passed since the last checkpoint by rank 0's clock (False on
+        the other ranks: `agree` then carries rank 0's answer to all)."""
+        interval = self.cfg.ckpt_interval_s
+        return self.world.is_main and 0 < interval <= time.perf_counter() - self.saved_at
+
+    def save(self, state: TrainState) -> None:
+        """Write the checkpoint of step `state.step` (every rank gives its RNGs; rank 0 writes)."""
+        rngs = self.world.gather_json(checkpoint.rng_state(self.world.device))
+        if self.world.is_main:
+            average = self.average.model if self.average else None
+            facts = CheckpointState(
+                train=state,
+                model=self.model.config,
+                ema_decay=self.average.decay if self.average else 0.0,
+                data=self.data.meta.identity(),
+                config=dataclasses.asdict(self.cfg),
+                world_size=self.world.size,
+            )
+            path = checkpoint.save(self.rundir, state.step, self.model, self.optimizer, facts,
+                                   rngs, self.cfg.keep_last, average)
+            self.log(f"saved checkpoint {path.name}")
+        self.saved_at = time.perf_counter()

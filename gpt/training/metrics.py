@@ -1,0 +1,68 @@
+"""The progress train-gpt logs every --log_interval steps and writes to metrics/train.jsonl:
+loss, learning rate, tokens per second, MFU, the time left."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from gpt.config.configs import TrainConfig
+from gpt.distributed.world import World
+from gpt.training.checkpoint import TrainState
+
+# Dense bf16 peak FLOP/s, for MFU. A GPU not listed shows no MFU rather than a wrong one.
+PEAK_FLOPS = {"H100 PCIe": 756e12, "H100": 989e12, "H200": 989e12, "A100": 312e12, "L4": 121e12}
+
+
+def peak_flops(world: World, bf16: bool) -> float | None:
+    """All ranks' peak FLOP/s together, for MFU: None off CUDA, without bf16 autocast, or on a
+    GPU that PEAK_FLOPS does not list."""
+    cuda = world.device.type == "cuda"
+    peaks = [v for k, v in PEAK_FLOPS.items() if cuda and k in torch.cuda.get_device_name()]
+    return world.size * peaks[0] if peaks and bf16 else None
+
+
+def duration(seconds: float) -> str:
+    seconds = max(0, round(seconds))
+    return f"{seconds // 60}m{seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s"
+
+
+class Progress:
+    """A step's progress line and metrics record. Throughput counts training alone: its clock
+    restarts (`restart`) when training starts and after an evaluation or a checkpoint."""
+
+    def __init__(self, cfg: TrainConfig, tokens_per_step: int, flops_per_token: float,
+                 peak_flops: float | None, log: Callable[[str], None]) -> None:
+        self.cfg, self.tokens_per_step, self.log = cfg, tokens_per_step, log
+        self.flops_per_token, self.peak_flops = flops_per_token, peak_flops
+        self._mark = (time.perf_counter(), 0)
+
+    def restart(self, step: int) -> None:
+        self._mark = (time.perf_counter(), step)
+
+    def record(self, st: TrainState, loss: float, lr: float) -> dict[str, Any]:
+        """Log the progress line of step `st.step`, whose mean loss over the ranks is `loss`;
+        return its record for train.jsonl."""
+        cfg = self.cfg
+        now = time.perf_counter()
+        since, since_step = self._mark
+        self._mark = (now, st.step)
+        per_step = (now - since) / max(1, st.step - since_step)
+        tokens_per_s = self.tokens_per_step / per_step
+        eta = (cfg.max_iters - st.step) * per_step
+        if cfg.time_budget:
+            eta = min(eta, cfg.time_budget - st.elapsed_s)
+        mfu = ""
+        record = {"loss": loss, "lr": lr, "tokens_per_s": tokens_per_s}
+        if self.peak_flops:
+            record["mfu"] = self.flops_per_token * tokens_per_s / self.peak_flops
+            mfu = f" | MFU {record['mfu']:.1%}"
+        self.log(
+            f"step {st.step:>5}/{cfg.max_iters} | loss {loss:.4f} | lr {lr:.2e} | "
+            f"{tokens_per_s:,.0f} tok/s{mfu} | {duration(st.elapsed_s)} elapsed, "
+            f"ETA {duration(eta)}"
+        )
+        return record
