@@ -1,12 +1,12 @@
-"""The test API server itself (tests/apiserver.py): its ports stay clear of the ones the kernel
-gives connections, and it starts on others when one it picked is taken before it binds it, as
-happens with several test sessions on one machine."""
+"""The test API server itself (tests/support/apiserver.py): its ports stay clear of the ones the
+kernel gives connections, and it starts on others when one it picked is taken before it binds it,
+as happens with several test sessions on one machine."""
 
 from __future__ import annotations
 
 import socket
 
-import apiserver
+from support import apiserver
 
 
 def test_its_ports_are_outside_the_ephemeral_range() -> None:

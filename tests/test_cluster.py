@@ -1,5 +1,5 @@
-"""The test cluster itself (tests/cluster/): it renders TrainJobs as Trainer v2.3 does and runs
-them as JobSet and the kubelet would, on the upstream `torch-distributed` runtime too."""
+"""The test cluster itself (tests/support/cluster/): it renders TrainJobs as Trainer v2.3 does and
+runs them as JobSet and the kubelet would, on the upstream `torch-distributed` runtime too."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 import yaml
-from cluster import PROJECT, jobset_webhook, runtimes
-from cluster.jobset_webhook import admission_error
-from cluster.render import master_addr, render
+from support.cluster import PROJECT, jobset_webhook, runtimes
+from support.cluster.jobset_webhook import admission_error
+from support.cluster.render import master_addr, render
 
 from components.step.image_names import workload_image
 from components.trainjob import launcher, logfollow
@@ -420,7 +420,7 @@ def test_shutdown_never_meets_a_run_not_yet_started(monkeypatch, tmp_path):
     """The watch thread adds a TrainJob's run while the fixture shuts the cluster down: a run
     seen in `runs` before it was started made the teardown fail ("cannot join thread before it
     is started"), once in a full suite. The start is slowed here to hold that window open."""
-    from cluster import controller
+    from support.cluster import controller
 
     entered = threading.Event()
 

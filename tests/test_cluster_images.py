@@ -11,7 +11,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from cluster.images import (
+from support.cluster.images import (
     DEFAULT_PATH,
     CreateContainerError,
     Image,

@@ -11,8 +11,8 @@ import threading
 import time
 
 import pytest
-from cluster.kubelet import Kubelet, LogRotation
-from cluster.render import Rendered
+from support.cluster.kubelet import Kubelet, LogRotation
+from support.cluster.render import Rendered
 from support.trainjobs import TRAIN_FILES, stand_in
 
 from components.step.artifacts import (

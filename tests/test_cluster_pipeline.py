@@ -8,8 +8,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from cluster.kfp_step import step_env, unresolved_run_id
-from cluster.kubelet import LogRotation
+from support.cluster.kfp_step import step_env, unresolved_run_id
+from support.cluster.kubelet import LogRotation
 from support.runs import TINY_PIPELINE  # as in the local backend's end-to-end test
 
 from pipeline.__main__ import COMPILED

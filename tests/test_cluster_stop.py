@@ -20,9 +20,9 @@ import time
 from pathlib import Path
 
 import pytest
-from cluster.kfp_step import step_env
-from cluster.kubelet import pid_namespaces
 from safetensors.torch import load_file
+from support.cluster.kfp_step import step_env
+from support.cluster.kubelet import pid_namespaces
 from support.runs import TINY_DDP, TINY_PIPELINE, as_flags, train, write_data
 from support.trainjobs import STEPS, stand_in, train_on_cluster, two_nodes_uninterrupted
 
@@ -214,7 +214,7 @@ def test_sigterm_reaches_the_stage_only_through_the_first_process(trainer_cluste
     """A container whose first process has no SIGTERM handler (a shell, as PID 1) never hears
     of its deletion and is SIGKILLed when the grace period ends; the carry script as PID 1
     (components/trainjob/stagelog.py) passes it on, and the stage ends at once."""
-    from cluster.render import render
+    from support.cluster.render import render
 
     from components.trainjob import launcher
 

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 import yaml
-from apiserver import apply_cluster_object
-from cluster.controller import SYNC_BATCH_S
 from safetensors.torch import load_file
+from support.apiserver import apply_cluster_object
+from support.cluster.controller import SYNC_BATCH_S
 from support.runs import TINY_DDP, as_flags, records, train, write_data
 from support.trainjobs import STEPS, train_on_cluster, two_nodes_uninterrupted
 

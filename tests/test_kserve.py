@@ -1,6 +1,6 @@
 """manifests/serve/inferenceservice.yaml on the test API server with KServe v0.20.0's CRDs, and
-through KServe's admission (tests/cluster/kserve_webhook.py): a run's model, served by KServe's
-Hugging Face runtime from the PVC the pipeline writes."""
+through KServe's admission (tests/support/cluster/kserve_webhook.py): a run's model, served by
+KServe's Hugging Face runtime from the PVC the pipeline writes."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from apiserver import apply_crds, namespace
-from cluster.kserve_webhook import Refused, admit, pvc_mount
+from support.apiserver import apply_crds, namespace
+from support.cluster.kserve_webhook import Refused, admit, pvc_mount
 
 from components.trainjob.launcher import RUN_LABEL
 from gpt.rundir.layout import RunDir

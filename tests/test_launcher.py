@@ -13,7 +13,7 @@ import subprocess
 import time
 
 import pytest
-from apiserver import Controller, condition, namespace
+from support.apiserver import Controller, condition, namespace
 
 from components.trainjob import launcher, podlogs
 from components.trainjob.launcher import GROUP, PLURAL, VERSION, TrainJobSpec

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from cluster import Claim
+from support.cluster import Claim
 
 from components.step.dispatch import run_stage
 from components.trainjob import claims, launcher

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from apiserver import Controller, apply_cluster_object, condition, namespace
 from kfp import dsl
+from support.apiserver import Controller, apply_cluster_object, condition, namespace
 
 from components.generative_prompt import generative_prompt
 from components.load_corpus import load_corpus

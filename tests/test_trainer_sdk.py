@@ -16,7 +16,7 @@ What the SDK reads, kubeflow/trainer/backends/kubernetes/backend.py and utils.py
 - `get_job_logs`: those pods, then `pods/log` of container `node`; `get_job_events`: those
   pods, then the namespace's Events.
 The test API server has no core API group, so all but the runtimes are shown against
-`CoreV1Pods` below: the test cluster's pods and Events (tests/cluster/) served as core/v1
+`CoreV1Pods` below: the test cluster's pods and Events (tests/support/cluster/) served as core/v1
 would serve them; the last test shows the SDK without it.
 """
 
@@ -32,10 +32,10 @@ from pathlib import Path
 from urllib.parse import parse_qs, urlparse
 
 import pytest
-from cluster import runtimes
-from cluster.events import EVENTS_DIR
-from cluster.jobset_webhook import POD_NAME_TOO_LONG
-from cluster.render import NODE, render
+from support.cluster import runtimes
+from support.cluster.events import EVENTS_DIR
+from support.cluster.jobset_webhook import POD_NAME_TOO_LONG
+from support.cluster.render import NODE, render
 
 from components.step.dispatch import run_stage
 from components.trainjob.launcher import GROUP, PLURAL, VERSION, TrainJobSpec, build_trainjob
@@ -59,8 +59,8 @@ def trainer_client(apiserver, namespace: str):
 
 
 def test_trainer_client_lists_our_runtimes_by_their_framework(shared, apiserver, custom_api):
-    from apiserver import apply_cluster_object
     from kubeflow.trainer.constants.constants import TORCH_COMMAND
+    from support.apiserver import apply_cluster_object
 
     for runtime in runtimes(shared):
         apply_cluster_object(custom_api, runtime)

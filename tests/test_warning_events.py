@@ -9,9 +9,9 @@ import json
 from datetime import UTC, datetime
 
 import pytest
-from cluster.events import EventRecorder
 from kubernetes import client
 from kubernetes.client.rest import ApiException
+from support.cluster.events import EventRecorder
 
 from components.trainjob import warning_events as events
 from components.trainjob.podlogs import INDEX_LABEL, CoreV1PodLogs

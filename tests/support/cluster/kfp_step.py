@@ -22,7 +22,7 @@ from pathlib import Path
 
 import yaml
 
-from cluster.kubelet import _env_value
+from support.cluster.kubelet import _env_value
 
 RUN_ID_LABEL = "pipeline/runid"
 UNRESOLVED_RUN_ID = "{{$.pipeline_job_uuid}}"

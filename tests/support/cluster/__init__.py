@@ -1,5 +1,5 @@
 """A Trainer-faithful test cluster: what Kubeflow Trainer, JobSet and the kubelet do with our
-TrainJobs, played on the real test API server (tests/apiserver.py) with local processes.
+TrainJobs, played on the real test API server (tests/support/apiserver.py) with local processes.
 
 The API server validates and stores TrainJobs and runtimes for real; this package plays the
 controllers it lacks: cluster/controller.py (watch, JobSet and Job lifecycle, TrainJob status),
@@ -43,11 +43,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from cluster.controller import Cluster
-from cluster.kubelet import Claim, Kubelet
 from components.trainjob.podlogs import LOG_DIR_ENV
+from support.cluster.controller import Cluster
+from support.cluster.kubelet import Claim, Kubelet
 
-PROJECT = Path(__file__).resolve().parents[2]
+PROJECT = Path(__file__).resolve().parents[3]
 UPSTREAM_RUNTIME = Path("trainer-crds") / "v2.3.0" / "reference-torch_distributed_runtime.yaml"
 # Two shared cores: one thread per process (torchrun sets it only for > 1 process per node).
 NODE_ENV = {"OMP_NUM_THREADS": "1"}
@@ -74,7 +74,7 @@ def trainer_cluster(shared, apiserver, custom_api, tmp_path, monkeypatch,
     """A cluster serving a fresh namespace, its PVC `gpt-pvc` = `tmp_path/pvc`; the step side's
     kube config and pod logs point at it. Stopped (its pods deleted) at the end, where an error
     of the cluster itself (not of a TrainJob) fails the test."""
-    from apiserver import apply_cluster_object, namespace
+    from support.apiserver import apply_cluster_object, namespace
 
     for runtime in runtimes(shared):
         apply_cluster_object(custom_api, runtime)

@@ -20,18 +20,18 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
-from cluster.events import EventRecorder
-from cluster.failure import (
+from components.trainjob.launcher import GROUP, PLURAL, VERSION
+from support.cluster.events import EventRecorder
+from support.cluster.failure import (
     BACKOFF_LIMIT_EXCEEDED,
     POD_FAILURE_POLICY,
     PodFailure,
     jobset_verdict,
     match_pod_failure_policy,
 )
-from cluster.jobset_webhook import admission_error
-from cluster.kubelet import Kubelet, Pod
-from cluster.render import NODE, Rendered, render
-from components.trainjob.launcher import GROUP, PLURAL, VERSION
+from support.cluster.jobset_webhook import admission_error
+from support.cluster.kubelet import Kubelet, Pod
+from support.cluster.render import NODE, Rendered, render
 
 RUNTIMES = "clustertrainingruntimes"
 # How often the controllers here look at the pods (an informer's events, upstream).

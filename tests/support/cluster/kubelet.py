@@ -57,16 +57,16 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from cluster.events import EventRecorder, write_whole
-from cluster.images import (
+from components.trainjob.podlogs import STATUS_FILE, UID_FILE
+from support.cluster.events import EventRecorder, write_whole
+from support.cluster.images import (
     PID1,
     CreateContainerError,
     Image,
     container_command,
     set_volume_ownership,
 )
-from cluster.render import COMPLETION_INDEX, NODE, Rendered
-from components.trainjob.podlogs import STATUS_FILE, UID_FILE
+from support.cluster.render import COMPLETION_INDEX, NODE, Rendered
 
 # kubernetes staging/src/k8s.io/apimachinery/pkg/util/rand/rand.go: generateName's alphabet.
 _SUFFIX = "bcdfghjklmnpqrstvwxz2456789"
