@@ -11,10 +11,10 @@ import ast
 from pathlib import Path
 
 import pytest
+from support.paths import PROJECT
 
 from gpt.stages import STAGES
 
-PROJECT = Path(__file__).resolve().parent.parent
 TESTS = PROJECT / "tests"
 PACKAGES = ("gpt", "components", "pipeline")
 # A package may import only those after it: pipeline/ -> components/ -> gpt/.
@@ -57,7 +57,8 @@ def imports(path: Path) -> list[tuple[int, list[str]]]:
 
 
 def imports_of(path: Path, known: set[str]) -> set[str]:
-    """The project modules `path` imports (`from gpt.rundir import atomic` counts as gpt.rundir.atomic)."""
+    """The project modules `path` imports (`from gpt.rundir import atomic` counts as
+    gpt.rundir.atomic)."""
     return {n for _, names in imports(path) for n in names if n in known}
 
 

@@ -46,8 +46,8 @@ import yaml
 from components.trainjob.podlogs import LOG_DIR_ENV
 from support.cluster.controller import Cluster
 from support.cluster.kubelet import Claim, Kubelet
+from support.paths import PROJECT
 
-PROJECT = Path(__file__).resolve().parents[3]
 UPSTREAM_RUNTIME = Path("trainer-crds") / "v2.3.0" / "reference-torch_distributed_runtime.yaml"
 # Two shared cores: one thread per process (torchrun sets it only for > 1 process per node).
 NODE_ENV = {"OMP_NUM_THREADS": "1"}

@@ -17,6 +17,7 @@ import pytest
 import yaml
 from kfp import dsl
 from support.apiserver import Controller, apply_cluster_object, condition, namespace
+from support.paths import PROJECT
 
 from components.generative_prompt import generative_prompt
 from components.load_corpus import load_corpus
@@ -25,7 +26,6 @@ from components.trainjob import launcher, podlogs
 from components.trainjob.attach import attach_hint
 from components.trainjob.launcher import GROUP, PLURAL, VERSION
 
-PROJECT = Path(__file__).resolve().parent.parent
 RUNTIMES = {p.stem: yaml.safe_load(p.read_text()) for p in PROJECT.glob("runtimes/gpt-*.yaml")}
 CTR = "clustertrainingruntimes"
 PNG = b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 4

@@ -13,8 +13,9 @@ import uuid
 from pathlib import Path
 
 import pytest
+from support.paths import PROJECT
 
-SCRIPT = Path(__file__).resolve().parents[1] / "docker" / "debian-base.sh"
+SCRIPT = PROJECT / "docker" / "debian-base.sh"
 
 pytestmark = [
     pytest.mark.skipif(os.geteuid() != 0, reason="Buildah builds here as root"),

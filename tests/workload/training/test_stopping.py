@@ -2,7 +2,7 @@
 torchrun.
 
 The cluster's side (the signal reaching the trainer in a pod, the Job's failure policy) is
-tests/test_cluster_stop.py.
+tests/runtimes/test_train_gpt_stops.py.
 """
 
 from __future__ import annotations
@@ -136,9 +136,9 @@ def test_a_bad_flag_under_torchrun_exits_fatal_with_one_line(tmp_path: Path) -> 
 def test_with_the_default_flags_a_sigterm_resumes_bit_identical(tmp_path: Path,
                                                                  tmp_path_factory) -> None:
     """What the README says, with the default model and recipe (100 steps, as
-    tests/test_train.py's default-flags test): SIGTERM at a random step, then the same command,
-    gives the weights of the run that was never stopped (the default-flags run both compare
-    with)."""
+    tests/workload/test_train_gpt.py's default-flags test): SIGTERM at a random step, then the
+    same command, gives the weights of the run that was never stopped (the default-flags run both
+    compare with)."""
     write_data(tmp_path, "stopped")
     command = [sys.executable, "-m", "gpt", "train-gpt", "--root", str(tmp_path), "--run",
                "stopped", "--max_iters", "100", "--log_interval", "1"]

@@ -22,10 +22,10 @@ from pathlib import Path
 
 import pytest
 import yaml
+from support.paths import PROJECT
 
 from components.step import image_names as images
 
-PROJECT = Path(__file__).resolve().parent.parent
 DOCKER = PROJECT / "docker"
 WORKLOAD_DOCKERFILE = DOCKER / "workload.Dockerfile"
 COMPONENT_DOCKERFILE = DOCKER / "component.Dockerfile"

@@ -79,7 +79,7 @@ def test_a_decay_outside_0_1_is_refused(decay: float) -> None:
 def test_the_run_exports_and_checkpoints_the_average(root: Path) -> None:
     run = write_data(root, "r")
     # A plain embedding table, so the export's tensor is the average's own (a spelled one's
-    # export is its sum: tests/test_spelling.py).
+    # export is its sum: tests/workload/models/test_spelling.py).
     assert train(root, "r", "--max_iters", "20", "--ckpt_interval", "10", "--ema_decay", "0.9",
                  "--spelling", "0") == 0
     ckpt = RunDir.of(root, "r").ckpt_step(20)

@@ -13,11 +13,10 @@ from __future__ import annotations
 
 import ast
 import re
-from pathlib import Path
 
 import yaml
+from support.paths import PROJECT
 
-PROJECT = Path(__file__).resolve().parent.parent
 CALL = re.compile(r"^(create|get|list|read|delete|patch|replace)_namespaced_(\w+)$")
 # The kubernetes client's names for the kinds components/ uses: (API group, resource).
 RESOURCES = {

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from support.paths import FIXTURES
 
 import gpt.load_corpus
 from gpt.config.configs import CorpusConfig
@@ -23,7 +24,6 @@ from gpt.data.tokenizer import load_tokenizer
 from gpt.errors import InputError
 from gpt.load_corpus import main
 
-FIXTURES = Path(__file__).parent / "fixtures"
 COMEDY_SHA256 = "1e5f9faa9879d172aaaaf8828def61ad2a0c0ad1ecee149f634d65c3f67809e4"
 
 

@@ -12,10 +12,10 @@ import subprocess
 import sys
 import types
 import typing
-from pathlib import Path
 
 import pytest
 import yaml
+from support.paths import PROJECT
 
 from components.generative_prompt import generative_prompt
 from components.load_corpus import load_corpus
@@ -27,7 +27,6 @@ from gpt.stages import STAGES
 from pipeline.parameters import with_step_parameters
 from pipeline.pipeline import gpt_trainjobs_pipeline
 
-PROJECT = Path(__file__).resolve().parent.parent
 COMPONENTS = {"load-corpus": load_corpus, "train-gpt": train_gpt,
               "generative-prompt": generative_prompt}  # fmt: skip
 # Where a component's default is the step's own, not the knob's, and why.

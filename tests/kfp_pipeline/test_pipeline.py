@@ -1,6 +1,7 @@
-"""The pipeline: it compiles, the committed YAML is fresh (its parameters: tests/test_knobs.py),
-bad input stops a step before anything starts, and the compiled pipeline runs end to end
-on this machine with kfp.local (every stage a local process, the prompt one-shot)."""
+"""The pipeline: it compiles, the committed YAML is fresh (its parameters:
+tests/kfp_components/step/test_knobs.py), bad input stops a step before anything starts, and the
+compiled pipeline runs end to end on this machine with kfp.local (every stage a local process, the
+prompt one-shot)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from support.paths import PROJECT
 from support.runs import TINY_PIPELINE
 
 from components.generative_prompt import generative_prompt
@@ -22,7 +24,6 @@ from components.step.image_names import workload_image
 from components.train_gpt import train_gpt
 from pipeline.__main__ import COMPILED
 
-PROJECT = Path(__file__).resolve().parent.parent
 STEPS = ["load-corpus", "train-gpt", "generative-prompt"]
 
 

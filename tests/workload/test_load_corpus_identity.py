@@ -7,7 +7,7 @@ vocabulary became merge-closed (the tokens BPE merges through joined it, so that
 Hugging Face twin), the full-vocabulary and char cases unchanged since. Paths in `meta.json`
 and `source.json` depend on where the source lies, so they are replaced by `<SOURCE>` before
 hashing. Re-record (only when an output is meant to change) with
-`python tests/test_corpus_identity.py`.
+`python tests/workload/test_load_corpus_identity.py`.
 """
 
 from __future__ import annotations
@@ -22,13 +22,14 @@ from pathlib import Path
 
 import pytest
 
-PROJECT = Path(__file__).resolve().parent.parent
+# (not support.paths: run as a script, tests/ is not on sys.path)
+PROJECT = Path(__file__).resolve().parents[2]
+FIXTURES = PROJECT / "tests" / "fixtures"
 sys.path.insert(0, str(PROJECT))  # run as a script to re-record
 
 from gpt.config.configs import CorpusConfig  # noqa: E402
 from gpt.load_corpus import main  # noqa: E402
 
-FIXTURES = Path(__file__).parent / "fixtures"
 DIGESTS = FIXTURES / "corpus_digests.json"
 SHARED_DATA = PROJECT.parent / "shared" / "data"
 TOKENIZERS = {

@@ -24,6 +24,7 @@ import pytest
 
 pytest.importorskip("moto", reason="the S3 test server is moto's (the dev extra)")
 
+from support.paths import FIXTURES, PROJECT
 from support.runs import train_cli, write_data  # noqa: E402
 
 from bench.s3server import AWS_VARIABLES, BUCKET, S3Server  # noqa: E402
@@ -32,8 +33,6 @@ from gpt.data import objectstore  # noqa: E402
 from gpt.data.objectstore import LOADED_BY, MANIFEST, Store  # noqa: E402
 from gpt.load_corpus import main as load_corpus  # noqa: E402
 
-FIXTURES = Path(__file__).parent / "fixtures"
-PROJECT = Path(__file__).resolve().parent.parent
 DATA = ("data/train.bin", "data/val.bin", "data/tokenizer.json", "corpus/text.txt")
 
 
@@ -197,7 +196,8 @@ def test_a_source_outside_object_storage_imports_no_storage_package(tmp_path):
 
 
 # Downloads `uri` with load-corpus's code to argv[2] and prints its peak resident memory: the
-# grandchild of a small parent, whose ru_maxrss is its own (tests/test_corpus.py says why).
+# grandchild of a small parent, whose ru_maxrss is its own (tests/workload/test_load_corpus.py says
+# why).
 _DOWNLOAD = ("import sys; from pathlib import Path; from gpt.data.objectstore import Store; "
              "Store(sys.argv[1], '--source').download(sys.argv[1], Path(sys.argv[2]), 1 << 40)")
 _MEASURE = ("import os, subprocess, sys; p = subprocess.Popen(sys.argv[1:], "

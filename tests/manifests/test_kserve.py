@@ -11,11 +11,11 @@ import pytest
 import yaml
 from support.apiserver import apply_crds, namespace
 from support.cluster.kserve_webhook import Refused, admit, pvc_mount
+from support.paths import PROJECT
 
 from components.trainjob.launcher import RUN_LABEL
 from gpt.rundir.layout import RunDir
 
-PROJECT = Path(__file__).resolve().parent.parent
 MANIFEST = PROJECT / "manifests" / "serve" / "inferenceservice.yaml"
 CLAIM = PROJECT / "manifests" / "base" / "pvc.yaml"
 KSERVE = Path("kserve-crds") / "v0.20.0"

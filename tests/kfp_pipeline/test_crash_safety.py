@@ -28,11 +28,11 @@ from pathlib import Path
 
 import pytest
 from support.once import made_once
+from support.paths import PROJECT
 from support.runs import TINY_PIPELINE
 
 from gpt.rundir.atomic import _LEFTOVER
 
-PROJECT = Path(__file__).resolve().parent.parent
 RUN = "crash"
 # The tiny pipeline on the embedded corpus with the default tokenizer (gpt2: its training is one
 # of the moments a kill lands in), seed and dropout; trained long enough to write several

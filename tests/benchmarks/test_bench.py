@@ -14,9 +14,9 @@ import shutil
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
+from support.paths import PROJECT
 
 from bench import generation_speed
 from bench.__main__ import main
@@ -276,7 +276,7 @@ def test_stop_checkpoint_times_the_checkpoint_a_sigterm_writes(monkeypatch):
     assert row["save_s"]["median"] > 0
 
 
-GPU_SESSION = Path(__file__).resolve().parents[1] / "bench" / "gpu_session.sh"
+GPU_SESSION = PROJECT / "bench" / "gpu_session.sh"
 
 
 def test_the_gpu_session_runs_known_benchmarks_and_stops_at_once_without_a_gpu():

@@ -10,6 +10,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from support.paths import FIXTURES
 from support.runs import train, write_data
 
 from gpt.config.configs import (
@@ -26,7 +27,7 @@ from gpt.training.resume_rule import resolve_settings
 
 # state.json as the code before the typed state wrote it (main at ff6af88, a TINY run of 4 steps
 # with --ema_decay 0.9 on write_data's text): the format on disk this code must keep reading.
-BEFORE = Path(__file__).parent / "fixtures" / "state-before-issue-38.json"
+BEFORE = FIXTURES / "state-before-issue-38.json"
 
 
 def _state(**changes) -> CheckpointState:

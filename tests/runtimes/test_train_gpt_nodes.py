@@ -14,6 +14,7 @@ import yaml
 from safetensors.torch import load_file
 from support.apiserver import apply_cluster_object
 from support.cluster.controller import SYNC_BATCH_S
+from support.paths import PROJECT
 from support.runs import TINY_DDP, as_flags, records, train, write_data
 from support.trainjobs import STEPS, train_on_cluster, two_nodes_uninterrupted
 
@@ -22,7 +23,6 @@ from gpt.rundir.layout import RunDir
 
 pytestmark = [pytest.mark.slow, pytest.mark.apiserver]
 
-PROJECT = Path(__file__).resolve().parent.parent
 @pytest.mark.parametrize("nodes,procs", [(2, 1), (2, 2)])
 def test_nodes_train_through_the_rendezvous_as_one_process_would(
     nodes, procs, pvc, trainer_cluster

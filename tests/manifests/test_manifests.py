@@ -9,8 +9,8 @@ from pathlib import Path
 import kubernetes_validate
 import pytest
 import yaml
+from support.paths import PROJECT
 
-PROJECT = Path(__file__).resolve().parent.parent
 MANIFESTS = PROJECT / "manifests"
 # The oldest Kubernetes the project supports (Kubeflow Trainer v2.x needs 1.31+) and the newest
 # schema kubernetes-validate ships.
@@ -23,7 +23,7 @@ def documents(path: Path) -> list[dict]:
 
 def core_objects() -> list[tuple[str, dict]]:
     """Objects of Kubernetes' own kinds (KServe's InferenceService is checked against its CRD on
-    the test API server instead: tests/test_kserve.py)."""
+    the test API server instead: tests/manifests/test_kserve.py)."""
     objs = []
     for path in sorted(MANIFESTS.rglob("*.yaml")):
         if path.name != "kustomization.yaml":
