@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import kubernetes_validate
@@ -88,3 +89,10 @@ def test_pvc_documents_rwo_and_when_rwx_is_needed():
     assert pvc["metadata"]["name"] == "gpt-pvc"
     assert pvc["spec"]["accessModes"] == ["ReadWriteOnce"]
     assert "ReadWriteMany" in text and "numNodes > 1" in text
+
+
+def test_yamllint_passes_on_the_manifests() -> None:
+    yamllint = Path(sys.executable).parent / "yamllint"  # the venv's
+    result = subprocess.run([str(yamllint), "--strict", "runtimes", "manifests"],
+                            capture_output=True, text=True, cwd=PROJECT)
+    assert result.returncode == 0, result.stdout + result.stderr
