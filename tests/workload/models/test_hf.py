@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 from support.models import CORPUS, PROMPTS, peaked
+from support.runs import TINY_MODEL, TINY_TWO_BLOCKS
 
 from gpt.config.configs import SamplingConfig
 from gpt.data.tokenizer import CharTokenizer, GPT2Tokenizer, Tokenizer
@@ -47,8 +48,7 @@ def export(tmp_path: Path, config: GPTConfig, tokenizer: Tokenizer) -> tuple[GPT
 def test_every_model_option_loads_in_transformers_with_our_logits(tmp_path, position,
                                                                   activation, bias):  # fmt: skip
     tokenizer = CharTokenizer.fit([CORPUS])
-    config = GPTConfig(n_layer=2, n_head=2, n_embd=32, block_size=32, dropout=0.0,
-                       position=position, activation=activation, bias=bias,
+    config = GPTConfig(**TINY_TWO_BLOCKS, position=position, activation=activation, bias=bias,
                        vocab_size=tokenizer.vocab_size)  # fmt: skip
     model, path = export(tmp_path, config, tokenizer)
     theirs = transformers.AutoModelForCausalLM.from_pretrained(path).eval()
@@ -77,8 +77,7 @@ def test_the_default_model_and_tokenizer_agree_with_transformers_greedy(tmp_path
     and AutoTokenizer: same prompt ids, logits within 1e-4, and greedy replies equal token for
     token and as text, up to the context window; generation_config ends at end-of-text."""
     tokenizer = compact()
-    config = GPTConfig(n_layer=4, n_head=4, n_embd=128, block_size=64, dropout=0.0,
-                       vocab_size=tokenizer.vocab_size)  # the default shape  # fmt: skip
+    config = GPTConfig(vocab_size=tokenizer.vocab_size)  # the default shape
     model, path = export(tmp_path, config, tokenizer)
     theirs = transformers.AutoModelForCausalLM.from_pretrained(path).eval()
     their_tok = transformers.AutoTokenizer.from_pretrained(path)
@@ -103,8 +102,7 @@ def test_the_files_are_the_ecosystems(tmp_path):
     """config.json names a transformers architecture and no custom code; tokenizer.json is a
     `tokenizers` file with end-of-text special; the weights are stored once (tied)."""
     tokenizer = compact()
-    config = GPTConfig(n_layer=1, n_head=2, n_embd=16, block_size=16,
-                       vocab_size=tokenizer.vocab_size)  # fmt: skip
+    config = GPTConfig(**TINY_MODEL, vocab_size=tokenizer.vocab_size)
     _, path = export(tmp_path, config, tokenizer)
     cfg = json.loads((path / "config.json").read_text())
     assert cfg["architectures"] == ["GPTNeoXForCausalLM"] and "auto_map" not in cfg
@@ -117,7 +115,8 @@ def test_the_files_are_the_ecosystems(tmp_path):
 
     with safe_open(str(path / "model.safetensors"), "pt") as f:
         assert "lm_head.weight" not in f.keys()
-        assert f.get_tensor("gpt_neox.embed_in.weight").shape == (tokenizer.vocab_size, 16)
+        assert f.get_tensor("gpt_neox.embed_in.weight").shape == (tokenizer.vocab_size,
+                                                                    TINY_MODEL["n_embd"])
 
 
 def test_a_model_in_the_earlier_format_gets_one_line_saying_what_to_do(tmp_path):
@@ -125,10 +124,9 @@ def test_a_model_in_the_earlier_format_gets_one_line_saying_what_to_do(tmp_path)
     from gpt.errors import InputError
 
     tokenizer = CharTokenizer("ab")
-    config = GPTConfig(n_layer=1, n_head=2, n_embd=16, block_size=16, vocab_size=2)
+    config = GPTConfig(**TINY_MODEL, vocab_size=2)
     _, path = export(tmp_path, config, tokenizer)
-    (path / "config.json").write_text(json.dumps(
-        {"n_layer": 1, "n_head": 2, "n_embd": 16, "block_size": 16, "vocab_size": 2}))
+    (path / "config.json").write_text(json.dumps({**TINY_MODEL, "vocab_size": 2}))
     with pytest.raises(InputError, match=r"earlier format, not a Hugging Face directory; run "):
         load_export(path)
 
@@ -139,8 +137,7 @@ def test_every_tokenizer_option_loads_in_autotokenizer_with_our_ids(tmp_path, ki
     compact one that --max_vocab cut (its dropped tokens spelt by BPE over the kept ones)."""
     tokenizer = {"char": lambda: CharTokenizer.fit([CORPUS]), "gpt2-full": GPT2Tokenizer,
                  "gpt2-capped": lambda: GPT2Tokenizer.fit([CORPUS], max_vocab=600)}[kind]()
-    config = GPTConfig(n_layer=1, n_head=2, n_embd=16, block_size=16,
-                       vocab_size=tokenizer.vocab_size)  # fmt: skip
+    config = GPTConfig(**TINY_MODEL, vocab_size=tokenizer.vocab_size)
     _, path = export(tmp_path, config, tokenizer)
     theirs = transformers.AutoTokenizer.from_pretrained(path)
     texts = [CORPUS[:2000], PROMPTS[1]] + ([] if kind == "char" else PROMPTS[2:])

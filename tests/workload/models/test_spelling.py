@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 from safetensors.torch import load_file
-from support.runs import TEXT, train, write_data
+from support.runs import TEXT, TINY_MODEL, train, write_data
 
 from gpt.config.configs import DEFAULT_SPELLING, GPTConfig, TrainConfig
 from gpt.data.tokenizer import CharTokenizer, load_tokenizer
@@ -38,8 +38,7 @@ def test_a_token_is_spelt_in_its_bytes_and_its_marked_byte_pairs() -> None:
 
 
 def _spelled_model(vocab: list[bytes]) -> GPT:
-    config = GPTConfig(n_layer=1, n_head=2, n_embd=16, block_size=8, vocab_size=len(vocab),
-                       spelling=2)  # fmt: skip
+    config = GPTConfig(**TINY_MODEL, vocab_size=len(vocab), spelling=2)
     torch.manual_seed(0)
     return GPT(config, spell(vocab, 2)).eval()
 
@@ -53,7 +52,7 @@ def test_a_row_is_its_free_vector_plus_the_mean_of_its_n_gram_vectors() -> None:
 
 def test_a_token_never_in_training_is_its_spelling_alone_and_gets_no_gradient() -> None:
     vocab = [b"a", b"b", b"ab"]
-    config = GPTConfig(n_layer=1, n_head=2, n_embd=16, block_size=8, vocab_size=3, spelling=2)
+    config = GPTConfig(**TINY_MODEL, vocab_size=3, spelling=2)
     torch.manual_seed(0)
     model = GPT(config, spell(vocab, 2, free=[True, False, True]))
     table, n_grams = model.lm_head.weight, model.transformer.wse.weight  # a, ^a, b, ^b, ab

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 from safetensors.torch import load_file
-from support.runs import train, write_data
+from support.runs import TINY_MODEL, train, write_data
 
 from gpt.config.configs import DEFAULT_EMA_DECAY, GPTConfig, TrainConfig
 from gpt.models.export import load_export
@@ -21,7 +21,7 @@ from gpt.training.resume_rule import resolve_settings
 
 def _model() -> GPT:
     torch.manual_seed(0)
-    return GPT(GPTConfig(n_layer=1, n_head=2, n_embd=16, block_size=8, vocab_size=40))
+    return GPT(GPTConfig(**TINY_MODEL, vocab_size=40))
 
 
 def test_the_first_steps_are_averaged_uniformly_then_exponentially() -> None:
