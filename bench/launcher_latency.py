@@ -17,7 +17,7 @@ from bench.harness import SHARED, Result, Stats, fmt_stats
 from components.trainjob.launcher import TrainJobSpec, launch
 from components.trainjob.placement import Placement
 from components.trainjob.podlogs import LogDirPodLogs
-from tests.apiserver import Controller, available, condition, namespace, running
+from tests.support.apiserver import Controller, available, condition, namespace, running
 
 REPEATS = 20
 # An empty log folder: there are no pods to read (the launcher then says so in one line).

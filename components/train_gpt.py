@@ -8,7 +8,7 @@ from components.step.knobs import documented
 
 
 # Over 50 lines for its signature alone: KFP reads a component's parameters from it, one
-# line per knob (tests/test_knobs.py holds them to the knobs' fields).
+# line per knob (tests/kfp_components/step/test_knobs.py holds them to the knobs' fields).
 @dsl.component(base_image=component_image(), install_kfp_package=False)
 # @documented (components/step/knobs.py) appends to __doc__'s Args: one line per parameter
 # it does not describe, its knob's field docstring; @dsl.component then reads the texts.

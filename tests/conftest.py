@@ -7,11 +7,14 @@ from pathlib import Path
 
 import pytest
 
-# The test API server, started once for the whole session (tests/apiserver.py).
-from apiserver import apiserver, custom_api, kubeconfig_env  # noqa: E402, F401
+# The test API server, started once for the whole session (tests/support/apiserver.py).
+from support.apiserver import apiserver, custom_api, kubeconfig_env  # noqa: E402, F401
 
-# The Trainer-faithful test cluster on that server (tests/cluster/).
-from cluster import pvc, run_images, trainer_cluster  # noqa: E402, F401
+# The Trainer-faithful test cluster on that server (tests/support/cluster/).
+from support.cluster import pvc, run_images, trainer_cluster  # noqa: E402, F401
+
+# images.env's names, whatever the environment says (tests/support/images_env.py).
+from support.images_env import default_images  # noqa: E402, F401
 
 # A local HTTP server of corpus texts (tests/support/web.py).
 from support.web import web_server  # noqa: E402, F401

@@ -11,10 +11,10 @@ import ast
 from pathlib import Path
 
 import pytest
+from support.paths import PROJECT
 
 from gpt.stages import STAGES
 
-PROJECT = Path(__file__).resolve().parent.parent
 TESTS = PROJECT / "tests"
 PACKAGES = ("gpt", "components", "pipeline")
 # A package may import only those after it: pipeline/ -> components/ -> gpt/.
@@ -135,22 +135,57 @@ def test_each_stage_is_one_row_with_its_names_derived():
         assert (PROJECT / (stage.module.replace(".", "/") + ".py")).is_file()
 
 
+def outside_support(folder: Path) -> set[str]:
+    """What a module under `folder` could import by a bare name other than `support`: every test
+    module, conftest and folder there (pytest puts tests/ and each test module's folder on
+    sys.path, so each is importable by its own name)."""
+    return {path.stem if path.suffix == ".py" else path.name
+            for path in folder.rglob("*")
+            if (path.suffix == ".py" or path.is_dir()) and "__pycache__" not in path.parts
+            and path.relative_to(folder).parts[0] != "support"}
+
+
 def shared_between_tests(folder: Path) -> list[str]:
-    """Each import under `folder` of a test module (`test_*`), or of a module through the
-    `tests.` package: tests/ is on sys.path, so that would load it a second time, under a second
-    name."""
+    """Each import under `folder` of anything in it but support/: a test module (`test_*`), a
+    conftest, a module or folder beside them, or one through the `tests.` package (tests/ is on
+    sys.path, so that would load it a second time, under a second name)."""
+    local = outside_support(folder) | {"tests", "conftest"}
     found = []
     for path in sorted(folder.rglob("*.py")):
         for line, names in imports(path):
-            if any(name.split(".")[0] == "tests"
+            if any(name.split(".")[0] in local
                    or any(part.startswith("test_") for part in name.split(".")) for name in names):
                 found.append(f"{path.relative_to(folder)}:{line} imports {names[0]}")
     return found
 
 
-def test_tests_share_code_through_support_alone():
+def test_tests_share_code_through_support_alone(tmp_path: Path):
     found = shared_between_tests(TESTS)
     assert not found, "import it from tests/support/ instead:\n" + "\n".join(found)
+    # ... and the check sees each way around support: a helper beside the tests, another test
+    # module, a folder of tests, conftest.
+    (tmp_path / "support").mkdir()
+    (tmp_path / "support" / "runs.py").write_text("")
+    (tmp_path / "workload").mkdir()
+    (tmp_path / "helper.py").write_text("")
+    (tmp_path / "workload" / "test_a.py").write_text(
+        "from support.runs import TINY\nimport helper\nfrom test_b import x\n"
+        "from workload import y\nimport conftest\nfrom tests.support import runs\n")
+    assert [f.split(" imports ")[1] for f in shared_between_tests(tmp_path)] == [
+        "helper", "test_b", "workload", "conftest", "tests.support"]
+
+
+def test_test_folders_cannot_shadow_a_product_package():
+    """pytest puts tests/ on sys.path before the project (tests/conftest.py's folder), where a
+    folder without __init__.py named gpt/ would be a namespace package that `import gpt` finds
+    whenever the project is not on sys.path as well (`.venv/bin/pytest` without `python -m`):
+    so tests/ mirrors gpt/ as workload/, components/ as kfp_components/, pipeline/ as
+    kfp_pipeline/, bench/ as benchmarks/; and only support/ is a package, so no test module is
+    importable under a product's name (`gpt.…`)."""
+    folders = {p.name for p in TESTS.rglob("*") if p.is_dir() and p.name != "__pycache__"}
+    assert not folders & {*PACKAGES, "bench", "tests"}, folders & {*PACKAGES, "bench", "tests"}
+    packages = {p.parent.relative_to(TESTS).parts[0] for p in TESTS.rglob("__init__.py")}
+    assert packages == {"support"}, packages
 
 
 def test_no_two_modules_share_a_name():

@@ -60,7 +60,7 @@ class CoreV1Claims:
 
 
 class LogDirClaims:
-    """Claims as the test cluster writes them (tests/cluster/kubelet.py)."""
+    """Claims as the test cluster writes them (tests/support/cluster/kubelet.py)."""
 
     def __init__(self, root: Path) -> None:
         self.root = root

@@ -5,9 +5,9 @@ The launcher follows the node-0 pod's log while the TrainJob runs
 components/trainjob/stagelog.py), and the prompt stage names the pod to attach to. The kubelet
 rotates a container's log (at 10 MiB by default): a plain read returns only the current file, a
 followed one goes on across rotations. On a cluster all come from the core API (`CoreV1PodLogs`).
-The test cluster (tests/cluster/) runs next to an API server that has no core API group, so it
-writes each pod's log into a folder instead (`LogDirPodLogs`), the way a node keeps container logs
-on disk; `GPT_POD_LOG_DIR` selects that source, for the whole step process.
+The test cluster (tests/support/cluster/) runs next to an API server that has no core API group,
+so it writes each pod's log into a folder instead (`LogDirPodLogs`), the way a node keeps container
+logs on disk; `GPT_POD_LOG_DIR` selects that source, for the whole step process.
 
 Each pod also says why it is not running yet (its phase, the scheduler's or the kubelet's reason),
 which the launcher needs to fail a stuck TrainJob with that reason
@@ -195,8 +195,8 @@ class LogDirPodLogs:
     """Pods as folders `<root>/<namespace>/<pod>/` holding `labels.json`, `uid`,
     `status.json` (core/v1 PodStatus) and `<container>.log`.
 
-    The layout is the test cluster's (tests/cluster/kubelet.py writes it); a pod whose folder is
-    gone was deleted, as on a cluster.
+    The layout is the test cluster's (tests/support/cluster/kubelet.py writes it); a pod whose
+    folder is gone was deleted, as on a cluster.
     """
 
     def __init__(self, root: Path) -> None:

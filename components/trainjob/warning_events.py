@@ -87,7 +87,7 @@ class CoreV1Events:
 
 
 class LogDirEvents:
-    """Events as the test cluster writes them (tests/cluster/events.py)."""
+    """Events as the test cluster writes them (tests/support/cluster/events.py)."""
 
     def __init__(self, root: Path) -> None:
         self.root = root

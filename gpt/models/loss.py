@@ -16,8 +16,9 @@ apart): less than the whole logits' 1.5 float32 (N, V) from two chunks on, more 
 
 The arithmetic is `F.cross_entropy(F.linear(x, weight, bias).float(), targets, ignore_index)`'s,
 also under autocast (the chunk's logits in the autocast type, then float32), summed in another
-order: equal to 1e-6 in float32 (tests/test_loss.py), not bit-equal, so the model uses it where
-the logits are large and the CPU runs' bits need not stay as they were (GPT.chunked_loss).
+order: equal to 1e-6 in float32 (tests/workload/models/test_loss.py), not bit-equal, so the model
+uses it where the logits are large and the CPU runs' bits need not stay as they were
+(GPT.chunked_loss).
 """
 
 from __future__ import annotations

@@ -69,7 +69,7 @@ class StepEmbedding:
     once, within the last backward (the one DDP all-reduces in). The table's values are the same
     as a per-micro-step build's; the n-gram table's gradient is the spelling's backward of the
     summed gradient rather than the sum of the backwards: equal to float32 rounding, and
-    bit-equal with one micro-step (tests/test_train.py), which then does not use this.
+    bit-equal with one micro-step (tests/workload/test_train_gpt.py), which then does not use this.
     """
 
     def __init__(self, model: GPT) -> None:

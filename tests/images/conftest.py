@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from cluster.images import Image, mounted
+from support.cluster.images import Image, mounted
 
 from components.step import image_names as images
 

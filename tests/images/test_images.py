@@ -13,8 +13,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from cluster.images import Image, container_command
-from cluster.kfp_step import step_env, unresolved_run_id
+from support.cluster.images import Image, container_command
+from support.cluster.kfp_step import step_env, unresolved_run_id
 from support.runs import TINY_PIPELINE, write_data
 from support.trainjobs import train_on_cluster
 

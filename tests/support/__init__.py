@@ -8,6 +8,10 @@ rootdir conftest's folder there), never through another test module:
 - `support.trainjobs`: train-gpt and stand-in programs as TrainJobs on the test cluster.
 - `support.tree`: a copy of the project to make edits in, and the files they changed.
 - `support.once`: what tests on different pytest-xdist workers compare against, made once.
+- `support.apiserver`: the test Kubernetes API server (etcd and apiextensions-apiserver of
+  ../shared/k8s-apiserver), one a session (conftest.py's `apiserver` fixture).
+- `support.cluster`: the test cluster on that server, Kubeflow Trainer v2.3, JobSet and a
+  kubelet played with local processes (conftest.py's `trainer_cluster` fixture).
 
 Fixtures live in tests/conftest.py, which imports them from here.
 """

@@ -44,6 +44,10 @@ TINY = {
 # The tiny model's shape alone, for tests that build a GPTConfig or TrainConfig themselves.
 TINY_MODEL = {k: TINY[k] for k in ("n_layer", "n_head", "n_embd", "block_size")}
 
+# A model whose export transformers must compute as ours does, block for block: two blocks, so
+# that weights landing in another block's place show, and a context of 32 positions.
+TINY_TWO_BLOCKS = {**TINY_MODEL, "n_layer": 2, "block_size": 32}
+
 # Several ranks that must train as one process would: no dropout, whose masks are per-rank random
 # draws.
 TINY_DDP = {**TINY, "dropout": 0}

@@ -1,4 +1,5 @@
-"""train-gpt, and stand-in programs in its place, as TrainJobs on the test cluster (tests/cluster/).
+"""train-gpt, and stand-in programs in its place, as TrainJobs on the test cluster
+(tests/support/cluster/).
 """
 
 from __future__ import annotations

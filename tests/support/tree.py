@@ -1,5 +1,6 @@
 """A copy of the project to make edits in, and what those edits changed: the tests that hold an
-"adding X is N edits" claim (tests/test_knobs.py, tests/test_stages.py) make the edits there."""
+"adding X is N edits" claim (tests/kfp_components/step/test_knobs.py,
+tests/workload/test_stages.py) make the edits there."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ import filecmp
 import shutil
 from pathlib import Path
 
-PROJECT = Path(__file__).resolve().parents[2]
+from support.paths import PROJECT
+
 _SKIP = ("__pycache__", "*.tiktoken")  # byte code, and the tokenizer files tests never read
 
 

@@ -7,11 +7,11 @@ import threading
 import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 
 import pytest
 
-FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+from support.paths import FIXTURES
+
 GUTENBERG = (FIXTURES / "gutenberg_sample.txt").read_bytes()
 
 

@@ -1,0 +1,166 @@
+"""A checkpoint's typed state (gpt/training/checkpoint.py's `CheckpointState`) and the rule for
+what a run's unset --dropout, --spelling and --ema_decay become, new or resumed
+(gpt/training/resume_rule.py's `resolve_settings`)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from support.paths import FIXTURES
+from support.runs import train, write_data
+
+from gpt.config.configs import (
+    DEFAULT_EMA_DECAY,
+    DEFAULT_SPELLING,
+    DROPOUT_REPEATED,
+    GPTConfig,
+    TrainConfig,
+)
+from gpt.errors import InputError
+from gpt.training import checkpoint
+from gpt.training.checkpoint import CheckpointState, TrainState
+from gpt.training.resume_rule import resolve_settings
+
+# state.json as the code before the typed state wrote it (main at ff6af88, a TINY run of 4 steps
+# with --ema_decay 0.9 on write_data's text): the format on disk this code must keep reading.
+BEFORE = FIXTURES / "state-before-issue-38.json"
+
+
+def _state(**changes) -> CheckpointState:
+    state = CheckpointState(
+        train=TrainState(step=40, elapsed_s=12.5, tokens=5120),
+        model=GPTConfig(n_layer=1, n_head=2, n_embd=32, block_size=16, vocab_size=39,
+                        dropout=0.05, spelling=3),
+        ema_decay=0.9,
+        data={"corpus_sha256": "ab", "tokenizer": "char", "vocab_size": 39,
+              "train_tokens": 5544, "val_tokens": 616},
+        config={"max_iters": 40, "dropout": None},
+        world_size=2,
+    )
+    return dataclasses.replace(state, **changes)
+
+
+# -- the typed state -------------------------------------------------------------------------
+
+
+def test_the_state_round_trips_through_json() -> None:
+    state = _state()
+    text = json.dumps(state.to_json(), indent=2, sort_keys=True)
+    assert CheckpointState.from_json(json.loads(text), has_average=True) == state
+
+
+def test_a_state_json_the_earlier_code_wrote_reads_and_writes_back_byte_for_byte() -> None:
+    text = BEFORE.read_text()
+    state = CheckpointState.from_json(json.loads(text), has_average=True)
+    assert state.train == TrainState(step=4, elapsed_s=0.13920150699959777, tokens=512)
+    assert state.model.spelling == 2 and state.model.dropout == 0.0 and state.ema_decay == 0.9
+    assert json.dumps(state.to_json(), indent=2, sort_keys=True) + "\n" == text
+
+
+def test_a_run_resumes_a_checkpoint_whose_state_the_earlier_code_wrote(root: Path,
+                                                                        capsys) -> None:
+    run = write_data(root, "old")
+    flags = ("--max_iters", "4", "--ema_decay", "0.9")
+    assert train(root, "old", *flags) == 0
+    shutil.copy(BEFORE, run.ckpt_step(4) / checkpoint.STATE)
+    capsys.readouterr()
+    # --ema_decay left out: the 0.9 comes from the earlier code's state.json.
+    assert train(root, "old", "--max_iters", "6") == 0
+    out = capsys.readouterr().out
+    assert "resumed from step-4: step 4" in out
+    assert checkpoint.read_state(run.ckpt_step(6)).ema_decay == 0.9
+
+
+def test_older_states_read_with_the_keys_they_lack_at_the_values_they_implied() -> None:
+    raw = _state().to_json()
+    del raw["ema_decay"]  # before the decay was recorded: the default, where there is an average
+    del raw["model"]["spelling"]  # before --spelling: a plain table
+    assert CheckpointState.from_json(raw, has_average=True).ema_decay == DEFAULT_EMA_DECAY
+    assert CheckpointState.from_json(raw, has_average=False).ema_decay == 0.0
+    assert CheckpointState.from_json(raw, has_average=False).model.spelling == 0
+
+
+def _broken(change) -> dict:
+    raw = _state().to_json()
+    change(raw)
+    return raw
+
+
+@pytest.mark.parametrize(("raw", "reason"), [
+    ([1, 2], "not a JSON object"),
+    (_broken(lambda r: r.pop("train")), "missing key 'train'"),
+    (_broken(lambda r: r["train"].pop("step")), "train: missing key 'step'"),
+    (_broken(lambda r: r["train"].update(step=-1)), "train.step -1"),
+    (_broken(lambda r: r["train"].update(elapsed_s="1")), "train.elapsed_s '1'"),
+    (_broken(lambda r: r["model"].pop("n_layer")), "model: missing key 'n_layer'"),
+    (_broken(lambda r: r["model"].update(n_head=3)), "model: --n_embd 32: must be divisible"),
+    (_broken(lambda r: r.update(data=[])), "data: not a JSON object"),
+    (_broken(lambda r: r.update(ema_decay=1.5)), "ema_decay 1.5"),
+    (_broken(lambda r: r.update(world_size=0)), "world_size 0"),
+])
+def test_a_malformed_state_is_a_one_line_error_naming_the_file(tmp_path: Path, raw,
+                                                                reason: str) -> None:
+    (tmp_path / checkpoint.STATE).write_text(json.dumps(raw))
+    with pytest.raises(InputError) as e:
+        checkpoint.read_state(tmp_path)
+    message = str(e.value)
+    assert message.startswith(f"{tmp_path / checkpoint.STATE}: not a checkpoint state ({reason}")
+    assert "\n" not in message
+
+
+def test_a_run_on_a_malformed_state_fails_in_one_line_and_keeps_the_checkpoint(root: Path,
+                                                                                capsys) -> None:
+    run = write_data(root, "r")
+    assert train(root, "r", "--max_iters", "4") == 0
+    path = run.ckpt_step(4) / checkpoint.STATE
+    path.write_text(json.dumps(_broken(lambda r: r.pop("model"))))
+    before = run.train_jsonl.read_text()
+    capsys.readouterr()
+    assert train(root, "r", "--max_iters", "8") == 2
+    err = capsys.readouterr().err
+    assert f"{path}: not a checkpoint state (missing key 'model')" in err and err.count("\n") == 1
+    assert run.latest.read_text().strip() == "step-4" and run.train_jsonl.read_text() == before
+
+
+# -- the rule ---------------------------------------------------------------------------------
+
+# A new run of the default flags on 100 training tokens passes over them many times: dropout
+# on, an average. The saved state started otherwise: dropout 0.05, spelling 3, decay 0.9.
+TOKENS = 100
+
+
+def _resolved(saved: CheckpointState | None, **flags) -> tuple[float, int, float]:
+    settings = resolve_settings(TrainConfig(**flags), 39, TOKENS, saved)
+    return settings.model.dropout, settings.model.spelling, settings.ema_decay
+
+
+def test_unset_a_new_run_takes_the_default_rule() -> None:
+    assert _resolved(None) == (DROPOUT_REPEATED, DEFAULT_SPELLING, DEFAULT_EMA_DECAY)
+    # ... which depends on the data: a split larger than the run's tokens sees no repeat.
+    settings = resolve_settings(TrainConfig(), 39, 10**7)
+    assert (settings.model.dropout, settings.ema_decay) == (0.0, 0.0)
+
+
+def test_unset_a_resumed_run_keeps_what_it_started_with() -> None:
+    assert _resolved(_state()) == (0.05, 3, 0.9)
+    # Zeros are values kept, not "unset": a run started without dropout, spelling or average
+    # resumes without them although a new run would now have them.
+    zeros = _state(model=dataclasses.replace(_state().model, dropout=0.0, spelling=0),
+                   ema_decay=0.0)
+    assert _resolved(zeros) == (0.0, 0, 0.0)
+
+
+@pytest.mark.parametrize("saved", [None, _state()], ids=["new run", "resumed"])
+def test_a_flag_given_wins(saved: CheckpointState | None) -> None:
+    assert _resolved(saved, dropout=0.1, spelling=1, ema_decay=0.5) == (0.1, 1, 0.5)
+    assert _resolved(saved, dropout=0.0, spelling=0, ema_decay=0.0) == (0.0, 0, 0.0)
+
+
+def test_the_model_has_the_flags_shape_and_the_datas_vocabulary() -> None:
+    settings = resolve_settings(TrainConfig(n_layer=3, n_embd=48, n_head=3), 77, TOKENS)
+    model = settings.model
+    assert (model.n_layer, model.n_embd, model.n_head, model.vocab_size) == (3, 48, 3, 77)
