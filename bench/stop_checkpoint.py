@@ -15,12 +15,12 @@ import tempfile
 
 from bench.harness import Result, Stats, fmt_stats, repeat, timed
 from gpt.config.configs import GPTConfig, TrainConfig
-from gpt.training.resume_rule import resolve_settings
+from gpt.training.resume_rule import resolve_unset
 
 # The default model's vocabulary: the compacted GPT-2 tokenizer on the embedded corpus is at most
 # max_vocab (8192) ids; its training split is 25,648 tokens.
 MODELS = {
-    "default (4 x 128)": resolve_settings(TrainConfig(), 8192, train_tokens=25_648).model,
+    "default (4 x 128)": resolve_unset(TrainConfig(), 8192, train_tokens=25_648).model,
     "GPT-2 124M (12 x 768)": GPTConfig(n_layer=12, n_head=12, n_embd=768, block_size=1024,
                                        vocab_size=50257, dropout=0.0),  # fmt: skip
 }

@@ -72,7 +72,7 @@ class Checkpointer:
                 raise InputError(f"{path}: trained {what} ({'; '.join(changed)}); {hint}")
         flags = {k: v for k, v in vars(self.cfg).items() if k not in ("root", "run", "resume")}
         if changed := diff(saved.config, flags):
-            self.log(f"resuming with changed settings: {'; '.join(changed)}")
+            self.log(f"resuming with changed flags: {'; '.join(changed)}")
 
     def clock_due(self) -> bool:
         """Whether ckpt_interval_s passed since the last checkpoint by rank 0's clock (False on

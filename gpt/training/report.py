@@ -40,7 +40,7 @@ def summary(cfg: TrainConfig, st: TrainState, val: dict[str, float], model: str,
             where: str) -> Summary:
     """The summary of a run with flags `cfg` that ended at `st` with validation losses `val`,
     of `model` on `data`, trained on `where` (the processes and device)."""
-    settings = {k: v for k, v in vars(cfg).items() if k not in ("root", "run")}
+    flags = {k: v for k, v in vars(cfg).items() if k not in ("root", "run")}
     return Summary(
         model=model,
         data=data,
@@ -52,7 +52,7 @@ def summary(cfg: TrainConfig, st: TrainState, val: dict[str, float], model: str,
         ),
         val_loss=val["val_loss"],
         val_bpb=val["val_bpb"],
-        command=shlex.join(TRAIN_GPT.command(to_args(settings))),
+        command=shlex.join(TRAIN_GPT.command(to_args(flags))),
     )
 
 

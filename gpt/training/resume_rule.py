@@ -5,7 +5,7 @@ A flag given wins. Left unset, each is decided once, when the run starts, by the
 other flags (the defaults below), and a resumed run keeps what it started with, read from its
 checkpoint's state (gpt/training/checkpoint.py's `CheckpointState`): a rerun with a raised
 --max_iters, which now passes over the text more often, trains on with the dropout and weight
-average it began with, as an uninterrupted run would have. `resolve_settings` applies that rule to
+average it began with, as an uninterrupted run would have. `resolve_unset` applies that rule to
 those three; `Trainer` builds what it returns.
 
 The other flags that may be left unset are decided afresh at every start, resumed or not, where
@@ -38,7 +38,7 @@ T = TypeVar("T")
 
 
 @dataclass(frozen=True)
-class RunSettings:
+class Resolved:
     """What a run trains with once its unset --dropout, --spelling and --ema_decay are decided."""
 
     model: GPTConfig
@@ -73,9 +73,9 @@ def _chosen(flag: T | None, started_with: T | None, default: T) -> T:
     return default if started_with is None else started_with
 
 
-def resolve_settings(cfg: TrainConfig, vocab_size: int, train_tokens: int,
-                     saved: CheckpointState | None = None) -> RunSettings:
-    """The settings of a run with flags `cfg` on data of `vocab_size` ids and `train_tokens`
+def resolve_unset(cfg: TrainConfig, vocab_size: int, train_tokens: int,
+                  saved: CheckpointState | None = None) -> Resolved:
+    """What a run trains with with flags `cfg` on data of `vocab_size` ids and `train_tokens`
     training tokens, resuming the checkpoint state `saved` (None: a new run)."""
     started = saved.model if saved is not None else None
     dropout = _chosen(cfg.dropout, started.dropout if started else None,
@@ -85,4 +85,4 @@ def resolve_settings(cfg: TrainConfig, vocab_size: int, train_tokens: int,
                         new_run_ema_decay(cfg, train_tokens))
     model = GPTConfig(**{**fields_of(cfg, ModelConfig), "dropout": dropout, "spelling": spelling},
                       vocab_size=vocab_size)
-    return RunSettings(model, ema_decay)
+    return Resolved(model, ema_decay)

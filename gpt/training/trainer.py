@@ -42,7 +42,7 @@ from gpt.training.ema import WeightAverage
 from gpt.training.evaluation import Evaluator
 from gpt.training.metrics import Progress, duration, peak_flops
 from gpt.training.optimizer import build_optimizer, lr_at
-from gpt.training.resume_rule import resolve_settings
+from gpt.training.resume_rule import resolve_unset
 from gpt.training.stopping import Stopped, StopRequest
 
 
@@ -90,13 +90,13 @@ def build_model(cfg: TrainConfig, data: TokenData,
                 saved: CheckpointState | None) -> tuple[GPT, float]:
     """The run's model, the same initial weights on every rank, and its weight average's decay
     (0: none), as the flags, the data and the resumed checkpoint's state `saved` decide."""
-    settings = resolve_settings(cfg, data.meta.vocab_size, data.meta.train_tokens, saved)
+    resolved = resolve_unset(cfg, data.meta.vocab_size, data.meta.train_tokens, saved)
     seed_everything(cfg.seed)
-    spelling = spelling_of(data.tokenizer, settings.model.spelling,
+    spelling = spelling_of(data.tokenizer, resolved.model.spelling,
                            free_vectors(data.train_counts))
-    model = GPT(settings.model, spelling)
+    model = GPT(resolved.model, spelling)
     model.chunked_loss = cfg.chunked_loss
-    return model, settings.ema_decay
+    return model, resolved.ema_decay
 
 
 class Trainer:

@@ -45,7 +45,7 @@ from gpt.training import checkpoint
 from gpt.training import trainer as trainer_module
 from gpt.training.divergence import NonFiniteLoss
 from gpt.training.optimizer import lr_at
-from gpt.training.resume_rule import resolve_settings
+from gpt.training.resume_rule import resolve_unset
 from gpt.training.trainer import Trainer
 
 
@@ -351,7 +351,7 @@ def test_unset_dropout_is_on_only_where_the_run_sees_its_text_again(root: Path, 
     # The default corpus (25,648 training tokens) is seen 18 times by the default run; the plays
     # (1,374,927) a third of once.
     def dropout(cfg: TrainConfig, train_tokens: int) -> float:  # of a new run
-        return resolve_settings(cfg, 64, train_tokens).model.dropout
+        return resolve_unset(cfg, 64, train_tokens).model.dropout
 
     assert dropout(TrainConfig(), 25_648) == DROPOUT_REPEATED == 0.2
     assert dropout(TrainConfig(), 1_374_927) == 0.0

@@ -19,7 +19,7 @@ from gpt.models.model import GPT
 from gpt.models.spelling import FREE_MIN_COUNT, free_vectors, spell
 from gpt.rundir.layout import RunDir
 from gpt.training import checkpoint
-from gpt.training.resume_rule import resolve_settings
+from gpt.training.resume_rule import resolve_unset
 
 
 def test_a_token_is_spelt_in_its_bytes_and_its_marked_byte_pairs() -> None:
@@ -140,6 +140,6 @@ def test_the_flag_is_checked() -> None:
     for bad in (-1, 5, True, 1.5):
         with pytest.raises(ValueError, match="--spelling"):
             TrainConfig(spelling=bad)
-    assert resolve_settings(TrainConfig(), 10, 100).model.spelling == DEFAULT_SPELLING
+    assert resolve_unset(TrainConfig(), 10, 100).model.spelling == DEFAULT_SPELLING
     assert GPTConfig().spelling == 0  # a model built outside training: a plain table
-    assert resolve_settings(TrainConfig(spelling=0), 10, 100).model.spelling == 0
+    assert resolve_unset(TrainConfig(spelling=0), 10, 100).model.spelling == 0

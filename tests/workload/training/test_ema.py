@@ -16,7 +16,7 @@ from gpt.models.model import GPT
 from gpt.rundir.layout import RunDir
 from gpt.training import checkpoint
 from gpt.training.ema import WeightAverage
-from gpt.training.resume_rule import resolve_settings
+from gpt.training.resume_rule import resolve_unset
 
 
 def _model() -> GPT:
@@ -54,7 +54,7 @@ def test_the_average_keeps_the_tied_embedding_tied_and_trains_nothing() -> None:
 
 def _decay(cfg: TrainConfig, train_tokens: int) -> float:
     """The decay a new run with flags `cfg` on `train_tokens` training tokens averages with."""
-    return resolve_settings(cfg, 64, train_tokens).ema_decay
+    return resolve_unset(cfg, 64, train_tokens).ema_decay
 
 
 def test_unset_the_average_is_on_for_a_long_run_that_passes_over_its_data_often() -> None:

@@ -1,6 +1,6 @@
 """A checkpoint's typed state (gpt/training/checkpoint.py's `CheckpointState`) and the rule for
 what a run's unset --dropout, --spelling and --ema_decay become, new or resumed
-(gpt/training/resume_rule.py's `resolve_settings`)."""
+(gpt/training/resume_rule.py's `resolve_unset`)."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from gpt.config.configs import (
 from gpt.errors import InputError
 from gpt.training import checkpoint
 from gpt.training.checkpoint import CheckpointState, TrainState
-from gpt.training.resume_rule import resolve_settings
+from gpt.training.resume_rule import resolve_unset
 
 # state.json as the code before the typed state wrote it (main at ff6af88, a TINY run of 4 steps
 # with --ema_decay 0.9 on write_data's text): the format on disk this code must keep reading.
@@ -134,15 +134,15 @@ TOKENS = 100
 
 
 def _resolved(saved: CheckpointState | None, **flags) -> tuple[float, int, float]:
-    settings = resolve_settings(TrainConfig(**flags), 39, TOKENS, saved)
-    return settings.model.dropout, settings.model.spelling, settings.ema_decay
+    resolved = resolve_unset(TrainConfig(**flags), 39, TOKENS, saved)
+    return resolved.model.dropout, resolved.model.spelling, resolved.ema_decay
 
 
 def test_unset_a_new_run_takes_the_default_rule() -> None:
     assert _resolved(None) == (DROPOUT_REPEATED, DEFAULT_SPELLING, DEFAULT_EMA_DECAY)
     # ... which depends on the data: a split larger than the run's tokens sees no repeat.
-    settings = resolve_settings(TrainConfig(), 39, 10**7)
-    assert (settings.model.dropout, settings.ema_decay) == (0.0, 0.0)
+    resolved = resolve_unset(TrainConfig(), 39, 10**7)
+    assert (resolved.model.dropout, resolved.ema_decay) == (0.0, 0.0)
 
 
 def test_unset_a_resumed_run_keeps_what_it_started_with() -> None:
@@ -161,6 +161,6 @@ def test_a_flag_given_wins(saved: CheckpointState | None) -> None:
 
 
 def test_the_model_has_the_flags_shape_and_the_datas_vocabulary() -> None:
-    settings = resolve_settings(TrainConfig(n_layer=3, n_embd=48, n_head=3), 77, TOKENS)
-    model = settings.model
+    resolved = resolve_unset(TrainConfig(n_layer=3, n_embd=48, n_head=3), 77, TOKENS)
+    model = resolved.model
     assert (model.n_layer, model.n_embd, model.n_head, model.vocab_size) == (3, 48, 3, 77)
