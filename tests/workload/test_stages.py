@@ -17,7 +17,8 @@ from support.tree import changed_files, copy_project
 CLAIM = "a new stage is six files and `make compile`"
 
 # What a copy of the project needs to compile the pipeline and run the tests that hold the stages.
-PARTS = ("gpt", "components", "pipeline", "runtimes", "tests", "images.env", "pyproject.toml")
+PARTS = ("gpt", "components", "pipeline", "runtimes", "tests", "docker", "images.env",
+         "pyproject.toml")
 CONFIG = '''
 
 @dataclass
