@@ -308,17 +308,17 @@ def test_missing_or_inconsistent_data_is_a_one_line_error(root: Path, capsys) ->
     assert "missing key 'dtype'" in capsys.readouterr().err
 
 
-def test_batches_are_the_same_windows_however_the_step_is_split() -> None:
+def test_batches_are_the_same_windows_however_the_iteration_is_split() -> None:
     tokens = np.arange(1000, dtype=np.uint16)
     batches = Batches(tokens, block_size=8, batch_size=12, seed=3)
     cpu = torch.device("cpu")
-    whole, _ = batches.get(step=5, part=0, parts=1, device=cpu)
-    for parts in (2, 3, 4, 6):  # e.g. 2 ranks x 3 micro-steps
+    whole, _ = batches.get(iteration=5, part=0, parts=1, device=cpu)
+    for parts in (2, 3, 4, 6):  # e.g. 2 ranks x 3 micro-batches
         shares = [batches.get(5, p, parts, cpu)[0] for p in range(parts)]
         assert torch.equal(torch.cat(shares), whole)
     x, y = batches.get(5, 0, 1, cpu)
     assert torch.equal(y[:, :-1], x[:, 1:])  # targets are the inputs shifted by one
-    assert not torch.equal(batches.get(6, 0, 1, cpu)[0], whole)  # each step draws anew
+    assert not torch.equal(batches.get(6, 0, 1, cpu)[0], whole)  # each iteration draws anew
 
 
 def test_eval_windows_cover_a_small_split_without_overlap() -> None:
