@@ -92,7 +92,7 @@ def measure(case: str, shape: dict[str, Any], device: str) -> dict[str, Any]:
         model.chunked_loss = case == "ours, chunked loss"
     model.to(device).train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    step_model = torch.compile(model) if shape["compile"] else model
+    training_model = torch.compile(model) if shape["compile"] else model
     bf16 = shape["dtype"] == "bfloat16"
     B, T, accum = shape["micro_batch"], shape["block_size"], shape["accum"]
     batches = torch.randint(0, VOCAB, (3, accum, 2, B, T), device=device)
@@ -102,9 +102,9 @@ def measure(case: str, shape: dict[str, Any], device: str) -> dict[str, Any]:
         for x, y in micro_steps:
             with torch.autocast(device, dtype=torch.bfloat16, enabled=bf16):
                 if case == "nanoGPT":  # train.py: `logits, loss = model(X, Y)`, kept
-                    logits, loss = step_model(x, y)
-                else:  # train-gpt: `loss = self.step_model(x, y, ...)[1]`
-                    loss = step_model(x, y)[1]
+                    logits, loss = training_model(x, y)
+                else:  # train-gpt: `loss = self.training_model(x, y, ...)[1]`
+                    loss = training_model(x, y)[1]
             (loss / accum).backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)

@@ -52,15 +52,16 @@ def measure(cfg: TrainConfig, case: Case, warmup: int, windows: int, steps: int)
             trainer.bf16 = trainer.bf16 and case.bf16
 
             def step() -> None:
-                # _train_step ends on a .item() of the loss: on CUDA the clock waits for the GPU.
-                trainer._train_step(cfg.learning_rate)
-                trainer.state.step += 1  # the next step draws the next batch, as in fit()
+                # _train_iteration ends on a .item() of the loss: on CUDA the clock waits for the
+                # GPU.
+                trainer._train_iteration(cfg.learning_rate)
+                trainer.state.step += 1  # the next iteration draws the next batch, as in fit()
 
             first_s = timed(step)
 
             def window() -> float:
                 seconds = timed(lambda: [step() for _ in range(steps)])
-                return steps * trainer.tokens_per_step / seconds
+                return steps * trainer.tokens_per_iter / seconds
 
             rate = repeat(window, warmup=warmup, repeats=windows)
     finally:
@@ -69,7 +70,7 @@ def measure(cfg: TrainConfig, case: Case, warmup: int, windows: int, steps: int)
         "case": case.label,
         "threads": used if world.device.type == "cpu" else "",
         "tokens/s": fmt_stats(rate),
-        "ms/step": f"{trainer.tokens_per_step / rate.median * 1e3:.1f}",
+        "ms/step": f"{trainer.tokens_per_iter / rate.median * 1e3:.1f}",
         "first step": f"{first_s:.2f} s",
         "tokens_per_s": rate.as_dict(),
         "first_step_s": first_s,

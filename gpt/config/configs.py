@@ -45,8 +45,8 @@ class RunConfig:
 # their own that share nothing.
 MAX_SPELLING = 4
 # --spelling when unset (for a new run): bytes and byte pairs. On the default corpus it ends
-# 0.03 bits per byte lower (mean of three seeds), and the plays reach nanoGPT's quality at step
-# 75 instead of 120, for ~2-6% more time per step; byte triples added nothing
+# 0.03 bits per byte lower (mean of three seeds), and the plays reach nanoGPT's quality at
+# iteration 75 instead of 120, for ~2-6% more time per iteration; byte triples added nothing
 # (bench/recipe_trials.md, issue 22).
 DEFAULT_SPELLING = 2
 
@@ -97,10 +97,10 @@ class ModelConfig(ContextConfig):
     """Bias terms in linear layers and LayerNorms (GPT-2 has them; without is a little faster)."""
     position: Literal["rope", "learned"] = "rope"
     """How attention knows token order: rope (rotary embeddings: relative, no parameters) or
-    learned (GPT-2's table of absolute positions). rope learned more per step here."""
+    learned (GPT-2's table of absolute positions). rope learned more per iteration here."""
     activation: Literal["relu2", "gelu"] = "relu2"
     """The MLP's nonlinearity: relu2 (squared ReLU, as in Primer) or gelu (GPT-2's). relu2
-    learned more per step here at the same cost."""
+    learned more per iteration here at the same cost."""
     spelling: int | None = None
     """Spell the token embedding in byte n-grams up to this long while training: each token's
     row is a free vector plus the mean of vectors its bytes and byte pairs share with other
@@ -193,16 +193,16 @@ class GPTConfig(ModelConfig):
 
 # Dropout when --dropout is unset and the run sees its training tokens more than once.
 DROPOUT_REPEATED = 0.2
-# Warmup when --warmup_iters is unset, for runs of 120 steps or more (a quarter of shorter ones):
-# 30 steps reach a given quality sooner than 100 and end within the seeds' spread of it
-# (bench/recipe_trials.md, issue 22).
+# Warmup when --warmup_iters is unset, for runs of 120 iterations or more (a quarter of shorter
+# ones): 30 iterations reach a given quality sooner than 100 and end within the seeds'
+# spread of it (bench/recipe_trials.md, issue 22).
 DEFAULT_WARMUP_ITERS = 30
-# The weight average when --ema_decay is unset: this decay for a run of at least EMA_MIN_STEPS
-# steps that passes over its training split at least EMA_MIN_PASSES times, else none
+# The weight average when --ema_decay is unset: this decay for a run of at least EMA_MIN_ITERS
+# iterations that passes over its training split at least EMA_MIN_PASSES times, else none
 # (bench/recipe_trials.md: it helped only there).
 DEFAULT_EMA_DECAY = 0.995
 EMA_MIN_PASSES = 4
-EMA_MIN_STEPS = 600  # three averaging horizons, 3 / (1 - DEFAULT_EMA_DECAY)
+EMA_MIN_ITERS = 600  # three averaging horizons, 3 / (1 - DEFAULT_EMA_DECAY)
 
 
 @dataclass
@@ -211,26 +211,28 @@ class TrainConfig(SeedConfig, ModelConfig, RunConfig):
 
     # batch
     batch_size: int = 12
-    """Sequences per optimizer step, over all ranks and micro-steps together: the effective batch,
+    """Sequences per iteration, over all ranks and micro-batches together: the effective batch,
     the same for any number of processes."""
     grad_accum: int = 1
-    """Micro-steps per rank per optimizer step (to fit memory): each rank computes
+    """Micro-batches per rank per iteration (to fit memory): each rank computes
     batch_size / (world size * grad_accum) sequences at a time."""
     # how long, and how fast
     max_iters: int = 600
-    """Stop after this many optimizer steps; the learning rate decays to min_lr over them.
-    600 steps of 12 x 64 tokens are ~18 passes over the default corpus: past that it overfits."""
+    """Stop after this many iterations (optimizer updates); the learning rate decays to min_lr
+    over them. 600 iterations of 12 x 64 tokens are ~18 passes over the default corpus: past
+    that it overfits."""
     time_budget: float = 0.0
     """Stop after this many seconds of training, counted over restarts (0 = no limit, the
-    default). A budget only picks the step to stop at (the learning rate follows the steps), so
-    the weights equal those of an unbudgeted run at that step; but which step that is depends on
-    the machine, so a budgeted run is not reproducible, and the default sets none."""
+    default). A budget only picks the iteration to stop at (the learning rate follows the
+    iterations), so the weights equal those of an unbudgeted run at that iteration; but which
+    one that is depends on the machine, so a budgeted run is not reproducible, and the default
+    sets none."""
     learning_rate: float = 1e-3
     """Peak learning rate, reached after warmup_iters."""
     min_lr: float = 1e-4
     """Learning rate at the end of the cosine decay."""
     warmup_iters: int | None = None
-    """Steps of linear learning-rate warmup from 0, fewer than max_iters (unset: 30, or a
+    """Iterations of linear learning-rate warmup from 0, fewer than max_iters (unset: 30, or a
     quarter of max_iters when that is fewer, so a short smoke test needs no other flag)."""
     weight_decay: float = 0.1
     """AdamW weight decay, applied to 2-D weights only (not to biases and LayerNorm gains)."""
@@ -240,26 +242,27 @@ class TrainConfig(SeedConfig, ModelConfig, RunConfig):
     """Clip the global gradient norm to this (0 = no clipping)."""
     ema_decay: float | None = None
     """Evaluate and export an exponential moving average of the weights with this decay per
-    step, in [0, 1) (0: the weights as trained; training itself is the same either way,
-    gpt/training/ema.py). Unset: 0.995 (about the last 200 steps) when the run passes over its
-    training split at least 4 times (the default corpus: 18) in at least 600 steps: there the
-    validation loss is flat over the last few hundred steps, which overfit, and their average
-    generalises better. Else 0: the average lags behind a model still learning, on a larger corpus
-    or in a shorter run (bench/recipe_trials.md)."""
+    iteration, in [0, 1) (0: the weights as trained; training itself is the same either way,
+    gpt/training/ema.py). Unset: 0.995 (about the last 200 iterations) when the run passes over
+    its training split at least 4 times (the default corpus: 18) in at least 600 iterations:
+    there the validation loss is flat over the last few hundred iterations, which overfit, and
+    their average generalises better. Else 0: the average lags behind a model still learning,
+    on a larger corpus or in a shorter run (bench/recipe_trials.md)."""
     # reporting and checkpoints
     eval_interval: int = 250
-    """Evaluate on val.bin every this many steps (and at the end)."""
+    """Evaluate on val.bin every this many iterations (and at the end)."""
     eval_iters: int = 200
     """Batches per evaluation, at most (a small validation split is evaluated whole)."""
     log_interval: int = 10
-    """Print progress and append to metrics/train.jsonl every this many steps (and after the
-    first)."""
+    """Print progress and append to metrics/train.jsonl every this many iterations (and after
+    the first)."""
     ckpt_interval: int = 500
-    """Write a checkpoint every this many steps (and at the end)."""
+    """Write a checkpoint every this many iterations (and at the end)."""
     ckpt_interval_s: float = 300.0
     """Also write one when this many seconds of training passed since the last (rank 0's clock;
-    0: steps only), so a run killed without warning loses minutes, not hours. When checkpoints
-    are written never changes the weights. A SIGTERM writes one too (gpt/training/stopping.py)."""
+    0: iterations only), so a run killed without warning loses minutes, not hours. When
+    checkpoints are written never changes the weights. A SIGTERM writes one too
+    (gpt/training/stopping.py)."""
     keep_last: int = 2
     """Keep the newest this many checkpoints."""
     resume: Literal["auto", "never", "require"] = "auto"
@@ -276,8 +279,8 @@ class TrainConfig(SeedConfig, ModelConfig, RunConfig):
     a CPU, where a small model's compiling costs more than it saves)."""
     chunked_loss: bool | None = None
     """Compute the loss a chunk of positions at a time, never holding the whole (micro-batch,
-    context, vocabulary) logits (unset: on a GPU, where they are a step's largest tensors; not
-    on a CPU, whose runs keep their bits: the chunks sum in another order)."""
+    context, vocabulary) logits (unset: on a GPU, where they are an iteration's largest tensors;
+    not on a CPU, whose runs keep their bits: the chunks sum in another order)."""
     export_uri: str = ""
     """Also copy the finished model/ to this object-store prefix (s3://bucket/prefix, e.g. for
     KServe's storageUri, or gs://...) after it is written locally; its manifest gpt-export.json
@@ -303,7 +306,7 @@ class TrainConfig(SeedConfig, ModelConfig, RunConfig):
             raise ValueError(f"--time_budget {self.time_budget}: must be >= 0 (0 = no limit)")
         if not self.ckpt_interval_s >= 0:
             raise ValueError(f"--ckpt_interval_s {self.ckpt_interval_s}: must be >= 0 "
-                             "(0 = steps only)")
+                             "(0 = iterations only)")
         if not self.learning_rate > 0:
             raise ValueError(f"--learning_rate {self.learning_rate}: must be > 0")
         if not 0 <= self.min_lr <= self.learning_rate:

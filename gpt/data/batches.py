@@ -1,9 +1,9 @@
 """Training data: the token ids load-corpus wrote to `data/`, and the batches drawn from them.
 
 Training batches are random windows of `block_size + 1` tokens (inputs and shifted targets), as in
-nanoGPT. The windows of optimizer step `s` are drawn from a generator seeded with `(seed, s)`, so
-the step number alone is the data position: a resumed run draws exactly the batches the
-interrupted one would have, and any number of ranks and micro-steps split one and the same set of
+nanoGPT. The windows of iteration `s` are drawn from a generator seeded with `(seed, s)`, so the
+iteration's number alone is the data position: a resumed run draws exactly the batches the
+interrupted one would have, and any number of ranks and micro-batches split one and the same set of
 windows between them (see `Batches.get`).
 """
 
@@ -95,24 +95,24 @@ def _windows(tokens: np.ndarray, offsets: np.ndarray, block_size: int, device: t
 
 @dataclass(frozen=True)
 class Batches:
-    """The training batches: `batch_size` windows per optimizer step."""
+    """The training batches: `batch_size` windows per iteration."""
 
     tokens: np.ndarray
     block_size: int
     batch_size: int
     seed: int
 
-    def offsets(self, step: int) -> np.ndarray:
-        rng = np.random.default_rng([self.seed, step])
+    def offsets(self, iteration: int) -> np.ndarray:
+        rng = np.random.default_rng([self.seed, iteration])
         return rng.integers(0, len(self.tokens) - self.block_size, size=self.batch_size)
 
-    def get(self, step: int, part: int, parts: int, device: torch.device):
+    def get(self, iteration: int, part: int, parts: int, device: torch.device):
         """Inputs and targets, (B / parts, block_size) each, of `part` of `parts` equal shares.
 
-        Rank r doing micro-step m of A on W ranks takes part r * A + m of W * A, so however the
-        step is split, its gradient is the mean over the same `batch_size` windows.
+        Rank r doing micro-batch m of A on W ranks takes part r * A + m of W * A, so however the
+        iteration is split, its gradient is the mean over the same `batch_size` windows.
         """
-        share = np.array_split(self.offsets(step), parts)[part]
+        share = np.array_split(self.offsets(iteration), parts)[part]
         return _windows(self.tokens, share, self.block_size, device)
 
 

@@ -56,7 +56,7 @@ class World:
 
     def agree(self, flags: list[bool]) -> list[bool]:
         """Each flag True on every rank if it is True on any rank: for decisions all ranks take
-        together at one step. Host tensors over gloo, so it never waits for the device."""
+        together at the same iteration. Host tensors over gloo, so it never waits for the device."""
         if not self.distributed:
             return flags
         t = torch.tensor(flags, dtype=torch.int32)

@@ -1,12 +1,12 @@
 """The sampling engine: token ids in, token ids out, one at a time.
 
 It knows nothing of text (the tokenizer and the REPL sit apart, as in nanochat). `generate` crops
-the prompt to the context window, prefills the model's KV cache once, then feeds one new token per
-step. Cached keys are rotated for their positions in the window (0 .. block_size-1, the positions
-the model trained on), so a cache cannot simply drop its oldest entries when the window is full:
-the window jumps forward, keeping the newest three quarters of it, and the cache is rebuilt by
-prefilling those at positions from 0 again. Without a cache the model sees exactly the same
-windows, so both paths give the same tokens; the cache only makes it faster.
+the prompt to the context window, prefills the model's KV cache once, then feeds the new tokens
+one at a time. Cached keys are rotated for their positions in the window (0 .. block_size-1,
+the positions the model trained on), so a cache cannot simply drop its oldest entries when the
+window is full: the window jumps forward, keeping the newest three quarters of it, and the cache
+is rebuilt by prefilling those at positions from 0 again. Without a cache the model sees exactly
+the same windows, so both paths give the same tokens; the cache only makes it faster.
 """
 
 from __future__ import annotations
@@ -83,7 +83,7 @@ def generate(
     Stops early at `eot_id` (which is not yielded). Only ids below `vocab_size` are sampled: the
     tokenizer's vocabulary, which may be smaller than the model's (a model built with spare
     ids). The prompt is cropped to its last block_size tokens. `use_cache=False` recomputes the
-    whole window every step: the reference the cached path must match, and the baseline for
+    whole window for every token: the reference the cached path must match, and the baseline for
     benchmarks.
     """
     if not prompt:

@@ -49,7 +49,7 @@ def export_weights(model: GPT) -> dict[str, torch.Tensor]:
 
 
 def save_export(model: GPT, tokenizer: Tokenizer, dest: Path) -> None:
-    """Write `dest/` as a Hugging Face model directory, in one atomic step."""
+    """Write `dest/` as a Hugging Face model directory, atomically."""
     import transformers  # here, not at the top: its import costs a second that only this needs
 
     config = model.config

@@ -1,7 +1,7 @@
 """The output head's loss in chunks of rows: the cross-entropy of `F.linear(x, weight, bias)`
 without ever holding the whole float32 (N, V) logits.
 
-At GPT-2's vocabulary the logits are the largest tensors of a training step by far: at 64 x 1024
+At GPT-2's vocabulary the logits are a training iteration's largest tensors by far: at 64 x 1024
 positions and 50,304 padded ids, the bfloat16 logits are 6.6 GB and their float32 copy (what
 `F.cross_entropy` computes in under autocast), its log-softmax and their gradients 13.2 GB each.
 Here each chunk of `rows` positions gets its logits, their log-sum-exp, its share of the loss and,

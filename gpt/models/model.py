@@ -59,7 +59,7 @@ class KVCache:
     def store(
         self, layer: int, k: torch.Tensor, v: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Write this step's keys/values (B, nh, T, hs); return all so far, (B, nh, pos+T, hs)."""
+        """Write the new keys/values (B, nh, T, hs); return all so far, (B, nh, pos+T, hs)."""
         end = self.pos + k.size(2)
         self.k[layer, :, :, self.pos : end] = k
         self.v[layer, :, :, self.pos : end] = v
@@ -112,7 +112,7 @@ def dropout_mask(x: torch.Tensor, p: float) -> torch.Tensor:
     multiple of 1/65536), else 1 / (1 - p).
 
     For a CPU: PyTorch's CPU dropout draws its Bernoulli mask one element at a time, but for Intel
-    CPUs (MKL); on an AMD EPYC that was 13% of the default corpus's training step. Here every
+    CPUs (MKL); on an AMD EPYC that was 13% of the default corpus's training iteration. Here every
     64-bit draw of the same generator (so seeding and a checkpoint's RNG state govern it as they
     do dropout) gives four elements 16 random bits each, at a quarter of the cost.
     """
@@ -191,7 +191,7 @@ class CausalSelfAttention(nn.Module):
 
 class ReLUSquared(torch.autograd.Function):
     """relu(x)^2, with its gradient 2 relu(x) in one pass: autograd's chain for
-    `relu(x).square()` takes three (measured on a CPU: 6% of a baby-GPT training step)."""
+    `relu(x).square()` takes three (measured on a CPU: 6% of a baby-GPT training iteration)."""
 
     @staticmethod
     def forward(ctx, x: torch.Tensor) -> torch.Tensor:
@@ -249,9 +249,9 @@ class GPT(nn.Module):
     """Whether `forward` computes the loss of `targets` in chunks of positions
     (`gpt.models.loss.linear_cross_entropy`), never forming the whole (B, T, padded vocab) logits,
     and returns no logits with it (train-gpt's --chunked_loss). None: on CUDA, where those logits
-    and their float32 copies are a training step's largest tensors (13.2 GB each at GPT-2's shape,
-    64 sequences a micro-step); not on a CPU, whose runs keep their bits (the chunks sum in another
-    order) and whose small vocabularies gain nothing from it."""
+    and their float32 copies are a training iteration's largest tensors (13.2 GB each at
+    GPT-2's shape, 64 sequences a micro-batch); not on a CPU, whose runs keep their bits (the
+    chunks sum in another order) and whose small vocabularies gain nothing from it."""
 
     def __init__(self, config: GPTConfig, spelling: Spelling | None = None) -> None:
         super().__init__()
@@ -272,7 +272,7 @@ class GPT(nn.Module):
         self.lm_head = nn.Linear(config.n_embd, padded_vocab(config.vocab_size), bias=False)
         # Padding ids' logits are -inf, so the softmax is the real vocabulary's alone and padding
         # rows get no gradient. A bias the output matmul adds: masking the logits in place made
-        # backward copy the step's largest tensor, and slicing them copies it forward.
+        # backward copy the iteration's largest tensor, and slicing them copies it forward.
         padding = self.lm_head.weight.size(0) - config.vocab_size
         mask = F.pad(torch.zeros(config.vocab_size), (0, padding), value=float("-inf"))
         self.register_buffer("logit_mask", mask if padding else None, persistent=False)
@@ -367,7 +367,7 @@ class GPT(nn.Module):
 
         With a `cache`, `idx` continues the sequence already in it: positions start at
         `cache.pos`, and the cache advances by T. `embedding`: what `embedding()` returns, where
-        the caller built it already (train-gpt: once per optimizer step, not per micro-step).
+        the caller built it already (train-gpt: once per iteration, not per micro-batch).
         """
         B, T = idx.size()
         start = cache.pos if cache is not None else 0

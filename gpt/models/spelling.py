@@ -25,7 +25,7 @@ spelled alone; and a token seen once or twice is predicted better by its spellin
 with a row fitted to those few occurrences (bench/recipe_trials.md). The vocabulary holds
 tokens training never shows because load-corpus fits it on the whole text, and because BPE
 keeps the merges on the way to longer tokens. On a large text the tokens training lacks are
-nearly all such merge steps, which no text holds, and there the pushed-down rows are right
+nearly all such intermediate merges, which no text holds, and there the pushed-down rows are right
 (`free_vectors`).
 """
 
@@ -43,7 +43,7 @@ START = -1  # marks the token's start inside an n-gram; never a byte
 # Rare tokens are spelled alone where more than this share of the training split's tokens occur
 # in it once: Good-Turing's estimate of how often new text holds a token the split never does.
 # The default corpus: 6.2%; the plays and the German fortunes: 0.01-0.02%, where spelling the
-# tokens they lack alone cost 0.004 bits per byte (they are mostly BPE's merge steps).
+# tokens they lack alone cost 0.004 bits per byte (they are mostly BPE's intermediate merges).
 NOVEL_SHARE = 0.01
 # There, a token needs this many occurrences in the training split for a free vector: the
 # default corpus ends 1.774 with 3, 1.779 with 4, 1.780 with 2, 1.808 with 1 (seed 1337), 1.863

@@ -99,8 +99,8 @@ class RunDir:
     # prompt/: the conversation with the trained model
     transcript_jsonl = RunFile("prompt/transcript.jsonl")
 
-    def ckpt_step(self, step: int) -> Path:
-        return self.ckpt_dir / f"step-{step}"
+    def ckpt_step(self, iteration: int) -> Path:
+        return self.ckpt_dir / f"step-{iteration}"
 
 
 # ---- data/meta.json ---------------------------------------------------------------------------

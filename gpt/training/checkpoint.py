@@ -6,9 +6,9 @@ checkpoint, and a half-written one is never picked up. Each holds
 
   model.safetensors  the weights (safetensors: tensors only, no code can hide in it)
   optimizer.pt       AdamW's state_dict, loaded with weights_only=True (tensors and numbers only)
-  state.json         `CheckpointState`: the progress (step, which is also the data position;
-                     elapsed time), the model and weight average as built, the flags, and the
-                     identity of the data it was trained on
+  state.json         `CheckpointState`: the progress (the iteration, which is also the data
+                     position; elapsed time), the model and weight average as built, the flags,
+                     and the identity of the data it was trained on
   rng.json           every rank's RNG states: torch (and CUDA), numpy, python
   average.safetensors  the moving average of the weights (gpt/training/ema.py), if the run keeps one
                      (--ema_decay): what it evaluates and exports
@@ -49,11 +49,12 @@ class TrainState:
     """The progress a checkpoint restores, besides weights, optimizer and RNG states."""
 
     step: int = 0
-    """Optimizer steps done. Also the data position: step s trains on the windows drawn from
-    (seed, s), and the learning rate is a function of s alone."""
+    """Iterations done (serialized as `step`, the run directory's word). Also the data position:
+    iteration s trains on the windows drawn from (seed, s), and the learning rate is a function
+    of s alone."""
     elapsed_s: float = 0.0
     """Training wall time summed over every attempt: what --time_budget counts. It decides only
-    when a budgeted run stops, never what a step computes, so runs stay reproducible."""
+    when a budgeted run stops, never what an iteration computes, so runs stay reproducible."""
     tokens: int = 0
     """Tokens trained on, over all ranks."""
 
@@ -68,12 +69,12 @@ class CheckpointState:
     """
 
     train: TrainState
-    """The progress: steps, training time, tokens."""
+    """The progress: iterations, training time, tokens."""
     model: GPTConfig
     """The model as built, its unset flags resolved (gpt/training/resume_rule.py): a resumed run
     keeps its dropout and spelling, and must have the same shape."""
     ema_decay: float
-    """The weight average's decay per step, 0 for none: a resumed run keeps it."""
+    """The weight average's decay per iteration, 0 for none: a resumed run keeps it."""
     data: dict[str, Any]
     """`DataMeta.identity()` of the data trained on: resuming on other data is refused."""
     config: dict[str, Any]
@@ -139,13 +140,13 @@ def _typed(cls: type, raw: dict[str, Any], key: str) -> Any:
         raise ValueError(f"{key}: {first_line(e)}") from None
 
 
-def save(rundir: RunDir, step: int, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
+def save(rundir: RunDir, iteration: int, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
          state: CheckpointState, rngs: list[dict[str, Any]], keep_last: int,
          average: torch.nn.Module | None = None) -> Path:
-    """Write `ckpt/step-<step>/` (with the weight average `average`, if given), point LATEST at
+    """Write `ckpt/step-<iteration>/` (with the weight average `average`, if given), point LATEST at
     it, and drop all but the newest `keep_last`."""
-    dest = rundir.ckpt_step(step)
-    what = f"checkpoint step {step}"
+    dest = rundir.ckpt_step(iteration)
+    what = f"checkpoint step {iteration}"
     with atomic.staged_dir(dest, what=what) as stage:
         # save_model, not save_file: the tied embedding and head share one tensor.
         safetensors.torch.save_model(model, str(stage / MODEL))
@@ -157,7 +158,7 @@ def save(rundir: RunDir, step: int, model: torch.nn.Module, optimizer: torch.opt
             torch.save(optimizer.state_dict(), f)
         (stage / STATE).write_text(json.dumps(state.to_json(), indent=2, sort_keys=True) + "\n")
         (stage / RNG).write_text(json.dumps({str(r): s for r, s in enumerate(rngs)}) + "\n")
-        faults.checkpoint_staged(step)
+        faults.checkpoint_staged(iteration)
     atomic.write_text(rundir.latest, dest.name + "\n", what=f"the pointer to {what}")
     prune(rundir, keep_last)
     return dest

@@ -81,7 +81,8 @@ class Checkpointer:
         return self.world.is_main and 0 < interval <= time.perf_counter() - self.saved_at
 
     def save(self, state: TrainState) -> None:
-        """Write the checkpoint of step `state.step` (every rank gives its RNGs; rank 0 writes)."""
+        """Write the checkpoint of iteration `state.step` (every rank gives its RNGs; rank 0
+        writes)."""
         rngs = self.world.gather_json(checkpoint.rng_state(self.world.device))
         if self.world.is_main:
             average = self.average.model if self.average else None

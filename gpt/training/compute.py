@@ -1,4 +1,4 @@
-"""How train-gpt computes on its device: the model its training step runs (compiled or not,
+"""How train-gpt computes on its device: the model its training iteration runs (compiled or not,
 wrapped by DDP under torchrun) and bfloat16 autocast. Where --compile is unset, and what
 --dtype auto means, is decided here."""
 
@@ -23,9 +23,9 @@ def c_compiler() -> str | None:
     return os.environ.get("CC") or shutil.which("gcc") or shutil.which("clang")
 
 
-def build_step_model(model: GPT, world: World, compiled: bool | None,
+def build_training_model(model: GPT, world: World, compiled: bool | None,
                      log: Callable[[str], None]) -> torch.nn.Module:
-    """The model the training step runs: compiled (--compile; unset: on CUDA, if Triton can
+    """The model the training iteration runs: compiled (--compile; unset: on CUDA, if Triton can
     build its kernel launchers there), then wrapped by DDP under torchrun."""
     cuda = world.device.type == "cuda"
     if compiled is None:
@@ -33,11 +33,11 @@ def build_step_model(model: GPT, world: World, compiled: bool | None,
         if cuda and not compiled:
             log("train-gpt: not compiling, as Triton finds no C compiler ($CC, gcc or "
                 "clang) to build kernels with; install one, or pass --compile false")
-    step_model = torch.compile(model) if compiled else model
+    training_model = torch.compile(model) if compiled else model
     # Every buffer is a constant of the config and the tokenizer (rotary tables, the
     # spelling, the padding mask), equal on every rank from the start: DDP's default would
     # send rank 0's again before each forward, the spelling's 8 MB at GPT-2's vocabulary.
-    return DDP(step_model, broadcast_buffers=False) if world.distributed else step_model
+    return DDP(training_model, broadcast_buffers=False) if world.distributed else training_model
 
 
 def use_bf16(dtype: str, device: torch.device) -> bool:

@@ -5,9 +5,9 @@ names one fault:
 
 - `stall-checkpoint@N`: the writer of checkpoint step-N stops after writing its files and before
   publishing them (rename + LATEST), and waits there to be killed.
-- `kill-rank-R@N`: rank R kills itself with SIGKILL after optimizer step N, on the first attempt
+- `kill-rank-R@N`: rank R kills itself with SIGKILL after iteration N, on the first attempt
   only (torchrun's TORCHELASTIC_RESTART_COUNT is 0), so `torchrun --max-restarts` can recover.
-- `nan-loss-rank-R@N`: rank R's loss in optimizer step N is NaN, as if that rank diverged.
+- `nan-loss-rank-R@N`: rank R's loss in iteration N is NaN, as if that rank diverged.
 """
 
 from __future__ import annotations
@@ -21,26 +21,27 @@ import torch
 
 
 def _fault(kind: str) -> int | None:
-    """The step of fault `kind` if GPT_FAULT names it."""
-    name, _, step = os.environ.get("GPT_FAULT", "").partition("@")
-    return int(step) if name == kind else None
+    """The iteration of fault `kind` if GPT_FAULT names it."""
+    name, _, iteration = os.environ.get("GPT_FAULT", "").partition("@")
+    return int(iteration) if name == kind else None
 
 
-def checkpoint_staged(step: int) -> None:
-    if _fault("stall-checkpoint") == step:
-        print(f"GPT_FAULT: stalling inside the write of checkpoint step-{step}", flush=True)
+def checkpoint_staged(iteration: int) -> None:
+    if _fault("stall-checkpoint") == iteration:
+        print(f"GPT_FAULT: stalling inside the write of checkpoint step-{iteration}", flush=True)
         while True:
             time.sleep(1)
 
 
-def step_done(step: int, rank: int) -> None:
+def iteration_done(iteration: int, rank: int) -> None:
     first_attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") == "0"
-    if _fault(f"kill-rank-{rank}") == step and first_attempt:
-        print(f"GPT_FAULT: rank {rank} kills itself after step {step}", file=sys.stderr, flush=True)
+    if _fault(f"kill-rank-{rank}") == iteration and first_attempt:
+        print(f"GPT_FAULT: rank {rank} kills itself after step {iteration}", file=sys.stderr,
+              flush=True)
         os.kill(os.getpid(), signal.SIGKILL)
 
 
-def loss_of(loss: torch.Tensor, step: int, rank: int) -> torch.Tensor:
-    if _fault(f"nan-loss-rank-{rank}") == step:
+def loss_of(loss: torch.Tensor, iteration: int, rank: int) -> torch.Tensor:
+    if _fault(f"nan-loss-rank-{rank}") == iteration:
         return loss * float("nan")
     return loss

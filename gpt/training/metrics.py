@@ -1,4 +1,4 @@
-"""The progress train-gpt logs every --log_interval steps and writes to metrics/train.jsonl:
+"""The progress train-gpt logs every --log_interval iterations and writes to metrics/train.jsonl:
 loss, learning rate, tokens per second, MFU, the time left."""
 
 from __future__ import annotations
@@ -31,28 +31,28 @@ def duration(seconds: float) -> str:
 
 
 class Progress:
-    """A step's progress line and metrics record. Throughput counts training alone: its clock
+    """An iteration's progress line and metrics record. Throughput counts training alone: its clock
     restarts (`restart`) when training starts and after an evaluation or a checkpoint."""
 
-    def __init__(self, cfg: TrainConfig, tokens_per_step: int, flops_per_token: float,
+    def __init__(self, cfg: TrainConfig, tokens_per_iter: int, flops_per_token: float,
                  peak_flops: float | None, log: Callable[[str], None]) -> None:
-        self.cfg, self.tokens_per_step, self.log = cfg, tokens_per_step, log
+        self.cfg, self.tokens_per_iter, self.log = cfg, tokens_per_iter, log
         self.flops_per_token, self.peak_flops = flops_per_token, peak_flops
         self._mark = (time.perf_counter(), 0)
 
-    def restart(self, step: int) -> None:
-        self._mark = (time.perf_counter(), step)
+    def restart(self, iteration: int) -> None:
+        self._mark = (time.perf_counter(), iteration)
 
     def record(self, st: TrainState, loss: float, lr: float) -> dict[str, Any]:
-        """Log the progress line of step `st.step`, whose mean loss over the ranks is `loss`;
+        """Log the progress line of iteration `st.step`, whose mean loss over the ranks is `loss`;
         return its record for train.jsonl."""
         cfg = self.cfg
         now = time.perf_counter()
-        since, since_step = self._mark
+        since, since_iter = self._mark
         self._mark = (now, st.step)
-        per_step = (now - since) / max(1, st.step - since_step)
-        tokens_per_s = self.tokens_per_step / per_step
-        eta = (cfg.max_iters - st.step) * per_step
+        per_iter = (now - since) / max(1, st.step - since_iter)
+        tokens_per_s = self.tokens_per_iter / per_iter
+        eta = (cfg.max_iters - st.step) * per_iter
         if cfg.time_budget:
             eta = min(eta, cfg.time_budget - st.elapsed_s)
         mfu = ""

@@ -10,16 +10,16 @@ from gpt.config.configs import TrainConfig
 from gpt.models.model import GPT
 
 
-def lr_at(cfg: TrainConfig, step: int) -> float:
+def lr_at(cfg: TrainConfig, iteration: int) -> float:
     """Linear warmup, then cosine decay to min_lr at max_iters.
 
-    A function of the step alone: the wall clock never reaches the arithmetic, so equal seeds give
-    equal weights and a resumed run continues exactly where it stopped. A --time_budget only
-    picks the step to stop at.
+    A function of the iteration alone: the wall clock never reaches the arithmetic, so equal seeds
+    give equal weights and a resumed run continues exactly where it stopped. A --time_budget
+    only picks the iteration to stop at.
     """
-    if step < cfg.warmup_iters:
-        return cfg.learning_rate * (step + 1) / (cfg.warmup_iters + 1)
-    progress = (step - cfg.warmup_iters) / (cfg.max_iters - cfg.warmup_iters)
+    if iteration < cfg.warmup_iters:
+        return cfg.learning_rate * (iteration + 1) / (cfg.warmup_iters + 1)
+    progress = (iteration - cfg.warmup_iters) / (cfg.max_iters - cfg.warmup_iters)
     coeff = 0.5 * (1.0 + math.cos(math.pi * min(progress, 1.0)))
     return cfg.min_lr + coeff * (cfg.learning_rate - cfg.min_lr)
 
@@ -33,6 +33,6 @@ def build_optimizer(model: GPT, cfg: TrainConfig, device: torch.device) -> torch
         {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
     ]
     # The fused kernel is one launch for all parameters on CUDA, and faster on CPU as well; it
-    # is also what skips the updates after a non-finite step (`found_inf`,
+    # is also what skips the updates after a non-finite iteration (`found_inf`,
     # gpt/training/divergence.py).
     return torch.optim.AdamW(groups, lr=cfg.learning_rate, betas=(0.9, cfg.beta2), fused=True)

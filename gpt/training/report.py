@@ -24,7 +24,7 @@ class Summary:
     data: str
     """The data in one line (`DataMeta.describe`)."""
     training: str
-    """Steps, tokens, time, processes, and what stopped it."""
+    """Iterations, tokens, time, processes, and what stopped it."""
     val_loss: float
     val_bpb: float
     command: str
@@ -62,13 +62,13 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def keep_until(path: Path, step: int) -> None:
-    """Drop the records after `step`: a resumed run logs those steps again."""
+def keep_until(path: Path, iteration: int) -> None:
+    """Drop the records after `iteration`: a resumed run logs those iterations again."""
     records = read_jsonl(path)
-    kept = [r for r in records if r["step"] <= step]
+    kept = [r for r in records if r["step"] <= iteration]
     if len(kept) < len(records):
         atomic.write_text(path, "".join(json.dumps(r, sort_keys=True) + "\n" for r in kept),
-                          what=f"the metrics up to step {step}")
+                          what=f"the metrics up to step {iteration}")
 
 
 def plot_losses(records: list[dict[str, Any]], dest: Path) -> None:

@@ -23,8 +23,8 @@ from gpt.config.configs import (
     DEFAULT_EMA_DECAY,
     DEFAULT_SPELLING,
     DROPOUT_REPEATED,
+    EMA_MIN_ITERS,
     EMA_MIN_PASSES,
-    EMA_MIN_STEPS,
     GPTConfig,
     ModelConfig,
     TrainConfig,
@@ -44,7 +44,7 @@ class Resolved:
     model: GPTConfig
     """The model to build: the flags' shape, the data's vocabulary, dropout and spelling."""
     ema_decay: float
-    """The weight average's decay per step; 0: no average."""
+    """The weight average's decay per iteration; 0: no average."""
 
 
 def passes(cfg: TrainConfig, train_tokens: int) -> float:
@@ -61,7 +61,7 @@ def new_run_dropout(cfg: TrainConfig, train_tokens: int) -> float:
 def new_run_ema_decay(cfg: TrainConfig, train_tokens: int) -> float:
     """Unset --ema_decay, new run: an average only for a long run that passes over its text
     often (bench/recipe_trials.md: it helped only there)."""
-    on = passes(cfg, train_tokens) >= EMA_MIN_PASSES and cfg.max_iters >= EMA_MIN_STEPS
+    on = passes(cfg, train_tokens) >= EMA_MIN_PASSES and cfg.max_iters >= EMA_MIN_ITERS
     return DEFAULT_EMA_DECAY if on else 0.0
 
 

@@ -2,9 +2,9 @@
 
 A cluster stops a pod by SIGTERM, then SIGKILL after the pod's grace period: a drained or
 preempted node, a deleted TrainJob, KFP's Terminate. Training answers the first SIGTERM or
-SIGINT at the end of the step it is in: every rank stops at the same step, a checkpoint is
-written there, and the stage exits with EXIT_STOPPED (gpt/errors.py), so running the same command
-again resumes bit-exactly. A second signal stops at once, as the signal always did.
+SIGINT at the end of the iteration it is in: every rank stops at the same iteration, a
+checkpoint is written there, and the stage exits with EXIT_STOPPED (gpt/errors.py), so running
+the same command again resumes bit-exactly. A second signal stops at once, as the signal always did.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 many (gpt/train_gpt.py runs it).
 
 Under torchrun every rank builds the same model from the same seed, trains its share of each
-step's windows, and DDP averages the gradients; rank 0 alone writes files. What a restart needs
+iteration's windows, and DDP averages the gradients; rank 0 alone writes files. What a restart needs
 beyond weights, optimizer and RNGs is a checkpoint's `CheckpointState` (gpt/training/checkpoint.py);
 what the run's unset --dropout, --spelling and --ema_decay become, new or resumed,
 gpt/training/resume_rule.py decides.
@@ -36,7 +36,7 @@ from gpt.stages import TRAIN_GPT
 from gpt.training import checkpoint, faults, report
 from gpt.training.checkpoint import CheckpointState
 from gpt.training.checkpointer import Checkpointer
-from gpt.training.compute import autocast, build_step_model, use_bf16
+from gpt.training.compute import autocast, build_training_model, use_bf16
 from gpt.training.divergence import Divergence
 from gpt.training.ema import WeightAverage
 from gpt.training.evaluation import Evaluator
@@ -59,24 +59,24 @@ class _WithGradOf(torch.autograd.Function):
         return grad + ctx.earlier.grad, None
 
 
-class StepEmbedding:
-    """A spelled embedding's table (`GPT.embedding()`) built once per optimizer step, not once
-    per micro-step: at GPT-2's vocabulary its backward (embedding_bag's, which sorts the
+class IterationEmbedding:
+    """A spelled embedding's table (`GPT.embedding()`) built once per iteration, not once per
+    micro-batch: at GPT-2's vocabulary its backward (embedding_bag's, which sorts the
     n-grams of every token) is the same work for any micro-batch.
 
-    The micro-steps before the last train a detached copy, whose gradient they sum; the last one
+    The micro-batches before the last train a detached copy, whose gradient they sum; the last one
     trains the table itself, with that sum added to its gradient, so the table's backward runs
     once, within the last backward (the one DDP all-reduces in). The table's values are the same
-    as a per-micro-step build's; the n-gram table's gradient is the spelling's backward of the
+    as a per-micro-batch build's; the n-gram table's gradient is the spelling's backward of the
     summed gradient rather than the sum of the backwards: equal to float32 rounding, and
-    bit-equal with one micro-step (tests/workload/test_train_gpt.py), which then does not use this.
+    bit-equal with one micro-batch (tests/workload/test_train_gpt.py), which then does not use this.
     """
 
     def __init__(self, model: GPT) -> None:
         self.table = model.embedding()  # (padded vocab, C)
         self.earlier = self.table.detach().requires_grad_()
 
-    def for_micro_step(self, last: bool) -> torch.Tensor:
+    def for_micro_batch(self, last: bool) -> torch.Tensor:
         return _WithGradOf.apply(self.table, self.earlier) if last else self.earlier
 
 
@@ -100,21 +100,23 @@ def build_model(cfg: TrainConfig, data: TokenData,
 
 
 class Trainer:
-    """train-gpt's loop: builds the run (model, optimizer, weight average, the model the step
-    runs), restores it from a checkpoint or starts it, then trains step by step; between steps
-    it logs progress, evaluates, checkpoints and answers a stop, and at the end exports the
-    model and writes the report. Evaluation, checkpoints and progress have classes of their own
-    (evaluation.py, checkpointer.py, metrics.py): this one says when each happens."""
+    """train-gpt's loop: builds the run (model, optimizer, weight average, the model an
+    iteration runs), restores it from a checkpoint or starts it, then trains iteration by
+    iteration; between iterations it logs progress, evaluates, checkpoints and answers a stop,
+    and at the end exports the model and writes the report. Evaluation, checkpoints and
+    progress have classes of their own (evaluation.py, checkpointer.py, metrics.py): this one
+    says when each happens."""
 
     def __init__(self, cfg: TrainConfig, world: World, stop: StopRequest | None = None) -> None:
         self.cfg, self.world, self.rundir = cfg, world, cfg.rundir
         self.stop = stop or StopRequest(TRAIN_GPT.prog)
-        """Noted signals; `fit` answers one at the next step end (gpt/training/stopping.py)."""
+        """Noted signals; `fit` answers one at the next iteration's end
+        (gpt/training/stopping.py)."""
         self.device = world.device
         self.data = TokenData.load(self.rundir)
         self.data.check_block_size(cfg.block_size)
         self.micro_batch = self._micro_batch_size()
-        self.tokens_per_step = cfg.batch_size * cfg.block_size
+        self.tokens_per_iter = cfg.batch_size * cfg.block_size
         self.batches = Batches(self.data.train, cfg.block_size, cfg.batch_size, cfg.seed)
         self.evaluator = Evaluator(self.data, cfg, world, self.micro_batch)
 
@@ -133,21 +135,22 @@ class Trainer:
         """The progress; with the model, optimizer, average and RNGs, what a checkpoint saves."""
         self.resumed_from = latest.name if latest is not None else None
 
-        # What runs the training step: maybe compiled, then wrapped by DDP. self.model stays the
-        # plain module for evaluation, checkpoints and export.
-        self.step_model = build_step_model(self.model, world, cfg.compile, self.log)
+        # What runs the training iteration: maybe compiled, then wrapped by DDP. self.model stays
+        # the plain module for evaluation, checkpoints and export.
+        self.training_model = build_training_model(self.model, world, cfg.compile, self.log)
         self.bf16 = use_bf16(cfg.dtype, self.device)
         self.peak_flops = peak_flops(world, self.bf16)
-        self.progress = Progress(cfg, self.tokens_per_step, self.model.flops_per_token(),
+        self.progress = Progress(cfg, self.tokens_per_iter, self.model.flops_per_token(),
                                  self.peak_flops, self.log)
 
     def _micro_batch_size(self) -> int:
-        """Sequences per rank per micro-step: --batch_size split over the ranks and micro-steps."""
+        """Sequences per rank per micro-batch: --batch_size split over the ranks and their
+        micro-batches."""
         cfg, size = self.cfg, self.world.size
         if cfg.batch_size % (size * cfg.grad_accum):
             raise InputError(
                 f"--batch_size {cfg.batch_size}: must split evenly over {size} process(es) "
-                f"x --grad_accum {cfg.grad_accum} micro-steps"
+                f"x --grad_accum {cfg.grad_accum} micro-batches"
             )
         return cfg.batch_size // (size * cfg.grad_accum)
 
@@ -175,14 +178,14 @@ class Trainer:
             raise Stopped(f"stopped by {self._signal_name()} before training; nothing new to save")
         while not self.done():
             lr = lr_at(cfg, st.step)
-            loss = self._train_step(lr)
+            loss = self._train_iteration(lr)
             st.step += 1
-            st.tokens += self.tokens_per_step
+            st.tokens += self.tokens_per_iter
             st.elapsed_s = start_elapsed + time.perf_counter() - start
-            if cfg.time_budget:  # rank 0's clock decides, so every rank stops at the same step
+            if cfg.time_budget:  # rank 0's clock decides, so every rank stops at the same iteration
                 st.elapsed_s = world.from_main(st.elapsed_s)
-            faults.step_done(st.step, world.rank)
-            last_val = self._between_steps(loss, lr) or last_val
+            faults.iteration_done(st.step, world.rank)
+            last_val = self._between_iterations(loss, lr) or last_val
         if last_val is None:  # nothing left to train: a restart after the end re-exports
             last_val = self.evaluate()
         if world.is_main:
@@ -193,24 +196,24 @@ class Trainer:
         self.log(
             f"train-gpt: {self.model.describe()} | {self.world.size} process(es) on "
             f"{self.device.type}, {torch.get_num_threads()} thread(s) each | {cfg.batch_size} x "
-            f"{cfg.block_size} = {self.tokens_per_step:,} tokens per step | "
+            f"{cfg.block_size} = {self.tokens_per_iter:,} tokens per step | "
             f"{self.data.meta.describe()}"
         )
         if self.resumed_from:
             self.log(f"resumed from {self.resumed_from}: step {st.step}, "
                      f"{duration(st.elapsed_s)} trained so far")
 
-    def _between_steps(self, loss: torch.Tensor, lr: float) -> dict[str, float] | None:
-        """What is due after the step just done: its progress line, an evaluation (whose result
+    def _between_iterations(self, loss: torch.Tensor, lr: float) -> dict[str, float] | None:
+        """What is due after the iteration just done: its progress line, an evaluation (whose result
         it returns), a checkpoint, a stop (`Stopped`)."""
         cfg, st = self.cfg, self.state
-        # Step 1 too: after a long compile, the first line says training runs, and how fast.
+        # Iteration 1 too: after a long compile, the first line says training runs, and how fast.
         log_due = st.step % cfg.log_interval == 0 or st.step == 1
         eval_due = st.step % cfg.eval_interval == 0 or self.done()
         stop, clock_due = self.world.agree([self.stop.requested, self.checkpointer.clock_due()])
         checkpoint_due = st.step % cfg.ckpt_interval == 0 or self.done() or clock_due or stop
         if log_due or eval_due or checkpoint_due:
-            self.divergence.check()  # before anything of this step is written
+            self.divergence.check()  # before anything of this iteration is written
         record: dict[str, Any] = {}
         val = None
         if log_due:
@@ -236,8 +239,8 @@ class Trainer:
         # Every rank stops when any rank was signalled; name the signal where it is known.
         return self.stop.signal.name if self.stop.signal else "a signal to another rank"
 
-    def _train_step(self, lr: float) -> torch.Tensor:
-        """One optimizer step on this rank's share of the step's windows; returns its mean loss."""
+    def _train_iteration(self, lr: float) -> torch.Tensor:
+        """One iteration on this rank's share of its windows; returns its mean loss."""
         cfg, world, st = self.cfg, self.world, self.state
         for group in self.optimizer.param_groups:
             group["lr"] = lr
@@ -246,23 +249,23 @@ class Trainer:
         shared = None
         if self.model.spelled and accum > 1:
             with self._autocast():  # as it would be built inside the forward
-                shared = StepEmbedding(self.model)
+                shared = IterationEmbedding(self.model)
         for micro in range(accum):
             x, y = self.batches.get(st.step, world.rank * accum + micro, world.size * accum,
                                     self.device)
-            # DDP all-reduces gradients during backward; only the last micro-step needs that.
+            # DDP all-reduces gradients during backward; only the last micro-batch needs that.
             last = micro == accum - 1
-            no_sync = self.step_model.no_sync() if world.distributed and not last else None
+            no_sync = self.training_model.no_sync() if world.distributed and not last else None
             with no_sync or contextlib.nullcontext():
                 with self._autocast():
-                    table = shared.for_micro_step(last) if shared else None
+                    table = shared.for_micro_batch(last) if shared else None
                     # [1]: the logits (where there are any) go at once, not after backward
-                    loss = self.step_model(x, y, embedding=table)[1]
+                    loss = self.training_model(x, y, embedding=table)[1]
                 loss = faults.loss_of(loss, st.step + 1, world.rank)
                 (loss / accum).backward()
             total += loss.detach()
         norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.grad_clip or math.inf)
-        # The norm is of the all-reduced gradients, so every rank sees a bad step together.
+        # The norm is of the all-reduced gradients, so every rank sees a bad iteration together.
         self.optimizer.found_inf = self.divergence.record(st.step + 1, total / accum, norm)
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)

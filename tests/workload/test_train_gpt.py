@@ -154,10 +154,10 @@ def test_resume_refuses_a_different_model_or_data(root: Path, capsys) -> None:
     assert "different data" in err and "corpus_sha256" in err and err.count("\n") == 1
 
 
-def test_non_finite_loss_stops_with_the_weights_of_the_last_finite_step(root: Path,
-                                                                        monkeypatch) -> None:
+def test_non_finite_loss_stops_with_the_weights_of_the_last_finite_iteration(
+        root: Path, monkeypatch) -> None:
     """The verdict is read only where the trainer syncs anyway (every log_interval here), so
-    training runs on to step 9; but it names step 8, and nothing after step 7 is in the weights,
+    training runs on to iteration 9; but it names step 8, and nothing after 7 is in the weights,
     the optimizer, the metrics or a checkpoint."""
     cfg = TrainConfig(root=str(root), run="r", **TINY_MODEL,
                       batch_size=8, warmup_iters=2, max_iters=20, ckpt_interval=5,
@@ -165,8 +165,8 @@ def test_non_finite_loss_stops_with_the_weights_of_the_last_finite_step(root: Pa
     write_data(root, "r")
     write_data(root, "clean")
     clean = Trainer(dataclasses.replace(cfg, run="clean"), World())
-    for step in range(7):
-        clean._train_step(lr_at(cfg, step))
+    for iteration in range(7):
+        clean._train_iteration(lr_at(cfg, iteration))
         clean.state.step += 1
 
     trainer = Trainer(cfg, World())
@@ -193,50 +193,51 @@ def test_non_finite_loss_stops_with_the_weights_of_the_last_finite_step(root: Pa
     assert max(r["step"] for r in records(run)) == 6
 
 
-class _PerMicroStep:
-    """What the trainer did before StepEmbedding: no table given, so each forward builds it."""
+class _PerMicroBatch:
+    """What the trainer did before IterationEmbedding: no table given, so each forward builds it."""
 
     def __init__(self, model: GPT) -> None:
         pass
 
-    def for_micro_step(self, last: bool) -> None:
+    def for_micro_batch(self, last: bool) -> None:
         return None
 
 
-def _steps(cfg: TrainConfig, steps: int, monkeypatch, per_micro_step: bool):
-    """`steps` optimizer steps of a new trainer; its model and how often it built the table."""
+def _iterations(cfg: TrainConfig, iterations: int, monkeypatch, per_micro_batch: bool):
+    """`iterations` iterations of a new trainer; its model and how often it built the table."""
     builds = []
     embedding = GPT.embedding
     with monkeypatch.context() as patch:
         patch.setattr(GPT, "embedding", lambda self: builds.append(1) or embedding(self))
-        if per_micro_step:
-            patch.setattr(trainer_module, "StepEmbedding", _PerMicroStep)
+        if per_micro_batch:
+            patch.setattr(trainer_module, "IterationEmbedding", _PerMicroBatch)
         trainer = Trainer(cfg, World())
-        for step in range(steps):
-            trainer._train_step(lr_at(cfg, step))
+        for iteration in range(iterations):
+            trainer._train_iteration(lr_at(cfg, iteration))
             trainer.state.step += 1
     return trainer.model, len(builds)
 
 
-def test_a_spelled_table_is_built_once_per_step_and_trains_as_one_built_per_micro_step(
+def test_a_spelled_table_is_built_once_per_iteration_and_trains_as_one_built_per_micro_batch(
         root: Path, monkeypatch) -> None:
-    """Four micro-steps build the spelled table once (not four times) and train bit-identical
-    weights over three steps. (With characters each n-gram is one token's, so the spelling's
+    """Four micro-batches build the spelled table once (not four times) and train bit-identical
+    weights over three iterations. (With characters each n-gram is one token's, so the spelling's
     backward of the summed gradient adds what the four backwards did, in the same order; for
-    n-grams that tokens share see test_the_table_of_a_step_gets_every_micro_steps_gradient.)"""
+    n-grams that tokens share see
+    test_the_table_of_an_iteration_gets_every_micro_batch_gradient.)"""
     write_data(root, "r")
     cfg = TrainConfig(root=str(root), run="r", **TINY_MODEL,
                       batch_size=8, grad_accum=4, warmup_iters=1, max_iters=20, dropout=0.0,
                       spelling=2, time_budget=0, device="cpu")
-    once, built = _steps(cfg, 3, monkeypatch, per_micro_step=False)
-    each, built_each = _steps(cfg, 3, monkeypatch, per_micro_step=True)
+    once, built = _iterations(cfg, 3, monkeypatch, per_micro_batch=False)
+    each, built_each = _iterations(cfg, 3, monkeypatch, per_micro_batch=True)
     assert once.spelled and (built, built_each) == (3, 12)
     for (name, a), b in zip(once.state_dict().items(), each.state_dict().values(), strict=True):
         assert torch.equal(a, b), name
 
 
-def test_the_table_of_a_step_gets_every_micro_steps_gradient() -> None:
-    """Tokens of two bytes share n-grams: the gradients of four micro-steps that share one
+def test_the_table_of_an_iteration_gets_every_micro_batch_gradient() -> None:
+    """Tokens of two bytes share n-grams: the gradients of four micro-batches that share one
     table equal those of four that each build it, to float32 rounding, in every parameter."""
     torch.manual_seed(0)
     config = GPTConfig(vocab_size=67, block_size=16, n_layer=1, n_head=2, n_embd=32, spelling=2)
@@ -244,10 +245,10 @@ def test_the_table_of_a_step_gets_every_micro_steps_gradient() -> None:
     model = GPT(config, spell(vocab, 2)).train()
     batches = torch.randint(0, 67, (4, 2, 3, 16))
     grads = []
-    for shared in (None, trainer_module.StepEmbedding(model)):
+    for shared in (None, trainer_module.IterationEmbedding(model)):
         model.zero_grad()
         for micro, (x, y) in enumerate(batches):
-            table = shared.for_micro_step(micro == 3) if shared else None
+            table = shared.for_micro_batch(micro == 3) if shared else None
             (model(x, y, embedding=table)[1] / 4).backward()
         grads.append({n: p.grad.clone() for n, p in model.named_parameters()})
     for name, grad in grads[0].items():
@@ -307,17 +308,17 @@ def test_missing_or_inconsistent_data_is_a_one_line_error(root: Path, capsys) ->
     assert "missing key 'dtype'" in capsys.readouterr().err
 
 
-def test_batches_are_the_same_windows_however_the_step_is_split() -> None:
+def test_batches_are_the_same_windows_however_the_iteration_is_split() -> None:
     tokens = np.arange(1000, dtype=np.uint16)
     batches = Batches(tokens, block_size=8, batch_size=12, seed=3)
     cpu = torch.device("cpu")
-    whole, _ = batches.get(step=5, part=0, parts=1, device=cpu)
-    for parts in (2, 3, 4, 6):  # e.g. 2 ranks x 3 micro-steps
+    whole, _ = batches.get(iteration=5, part=0, parts=1, device=cpu)
+    for parts in (2, 3, 4, 6):  # e.g. 2 ranks x 3 micro-batches
         shares = [batches.get(5, p, parts, cpu)[0] for p in range(parts)]
         assert torch.equal(torch.cat(shares), whole)
     x, y = batches.get(5, 0, 1, cpu)
     assert torch.equal(y[:, :-1], x[:, 1:])  # targets are the inputs shifted by one
-    assert not torch.equal(batches.get(6, 0, 1, cpu)[0], whole)  # each step draws anew
+    assert not torch.equal(batches.get(6, 0, 1, cpu)[0], whole)  # each iteration draws anew
 
 
 def test_eval_windows_cover_a_small_split_without_overlap() -> None:
