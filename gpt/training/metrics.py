@@ -30,7 +30,7 @@ def duration(seconds: float) -> str:
     return f"{seconds // 60}m{seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s"
 
 
-class Progress:
+class TrainingProgress:
     """An iteration's progress line and metrics record. Throughput counts training alone: its clock
     restarts (`restart`) when training starts and after an evaluation or a checkpoint."""
 

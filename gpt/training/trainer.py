@@ -40,7 +40,7 @@ from gpt.training.compute import autocast, build_training_model, use_bf16
 from gpt.training.divergence import Divergence
 from gpt.training.ema import WeightAverage
 from gpt.training.evaluation import Evaluator
-from gpt.training.metrics import Progress, duration, peak_flops
+from gpt.training.metrics import TrainingProgress, duration, peak_flops
 from gpt.training.optimizer import build_optimizer, lr_at
 from gpt.training.resume_rule import resolve_unset
 from gpt.training.stopping import Stopped, StopRequest
@@ -140,7 +140,7 @@ class Trainer:
         self.training_model = build_training_model(self.model, world, cfg.compile, self.log)
         self.bf16 = use_bf16(cfg.dtype, self.device)
         self.peak_flops = peak_flops(world, self.bf16)
-        self.progress = Progress(cfg, self.tokens_per_iter, self.model.flops_per_token(),
+        self.progress = TrainingProgress(cfg, self.tokens_per_iter, self.model.flops_per_token(),
                                  self.peak_flops, self.log)
 
     def _micro_batch_size(self) -> int:
