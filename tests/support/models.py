@@ -16,7 +16,7 @@ from gpt.data.tokenizer import Tokenizer
 from gpt.models.export import save_export
 from gpt.models.model import GPT, GPTConfig
 from gpt.rundir.layout import RunDir
-from support.runs import ONE_THREAD
+from support.runs import ONE_THREAD, TINY_MODEL
 
 RUN = "t"  # the run `export` writes
 ENV = {**os.environ, **ONE_THREAD, "PYTHONUNBUFFERED": "1"}
@@ -32,9 +32,10 @@ PROMPTS = [
 def export(root: Path, tokenizer: Tokenizer, vocab_size: int | None = None) -> RunDir:
     """What train-gpt leaves behind: a (here untrained) model exported into `<root>/t/model/`."""
     torch.manual_seed(0)
-    config = GPTConfig(
-        vocab_size=vocab_size or tokenizer.vocab_size, block_size=32, n_layer=1, n_head=2, n_embd=16
-    )
+    # The tiny model, 32 positions long (room for the tests' prompts and replies) and half as
+    # wide (an untrained model: its width changes nothing the tests read)
+    config = GPTConfig(**{**TINY_MODEL, "block_size": 32, "n_embd": 16},
+                       vocab_size=vocab_size or tokenizer.vocab_size)
     rundir = RunDir.of(root, RUN)
     save_export(GPT(config), tokenizer, rundir.model_dir)
     return rundir

@@ -18,6 +18,7 @@ from pathlib import Path
 import pexpect
 import pytest
 from support.models import ENV, RUN, args, export, one_shot
+from support.runs import TINY_MODEL
 
 from gpt.config.configs import SamplingConfig
 from gpt.data.tokenizer import CharTokenizer, GPT2Tokenizer
@@ -160,7 +161,7 @@ class InterruptingTokenizer:
 
 
 def test_ctrl_c_mid_reply_still_records_the_partial_reply(tmp_path: Path) -> None:
-    model = GPT(GPTConfig(vocab_size=10, block_size=8, n_layer=1, n_head=1, n_embd=8)).eval()
+    model = GPT(GPTConfig(**TINY_MODEL, vocab_size=10)).eval()
     path = tmp_path / "transcript.jsonl"
     chat = Chat(model, InterruptingTokenizer(), SamplingConfig(), 0, path, io.StringIO())
     with pytest.raises(KeyboardInterrupt):

@@ -240,7 +240,7 @@ def test_the_table_of_an_iteration_gets_every_micro_batch_gradient() -> None:
     """Tokens of two bytes share n-grams: the gradients of four micro-batches that share one
     table equal those of four that each build it, to float32 rounding, in every parameter."""
     torch.manual_seed(0)
-    config = GPTConfig(vocab_size=67, block_size=16, n_layer=1, n_head=2, n_embd=32, spelling=2)
+    config = GPTConfig(**TINY_MODEL, vocab_size=67, spelling=2)
     vocab = [bytes([65 + i % 26, 97 + i // 26]) for i in range(67)]
     model = GPT(config, spell(vocab, 2)).train()
     batches = torch.randint(0, 67, (4, 2, 3, 16))

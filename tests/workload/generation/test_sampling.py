@@ -6,19 +6,21 @@ import pytest
 import torch
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
+from support.runs import TINY_MODEL
 
 from gpt.config.configs import SamplingConfig
 from gpt.generation.sampling import generate, new_generator, sample_next, top_p_filter
 from gpt.models.model import GPT, GPTConfig
 
-V, BLOCK = 50, 16
+V, BLOCK = 50, TINY_MODEL["block_size"]
 PROMPT = [3, 14, 15, 9, 2, 6]
 
 
 @pytest.fixture(scope="module")
 def model() -> GPT:
     torch.manual_seed(3)
-    m = GPT(GPTConfig(vocab_size=V, block_size=BLOCK, n_layer=2, n_head=2, n_embd=32)).eval()
+    # two blocks: the cache is checked across blocks, not only within one
+    m = GPT(GPTConfig(**{**TINY_MODEL, "n_layer": 2}, vocab_size=V)).eval()
     # GPT-2's init makes an untrained model almost uniform, so greedy repeats one token; larger
     # weights give varied, confident predictions that make the comparisons below meaningful.
     with torch.no_grad():
