@@ -140,8 +140,8 @@ class Trainer:
         self.training_model = build_training_model(self.model, world, cfg.compile, self.log)
         self.bf16 = use_bf16(cfg.dtype, self.device)
         self.peak_flops = peak_flops(world, self.bf16)
-        self.progress = TrainingProgress(cfg, self.tokens_per_iter, self.model.flops_per_token(),
-                                 self.peak_flops, self.log)
+        self.progress = TrainingProgress(cfg, self.tokens_per_iter,
+                                         self.model.flops_per_token(), self.peak_flops, self.log)
 
     def _micro_batch_size(self) -> int:
         """Sequences per rank per micro-batch: --batch_size split over the ranks and their
