@@ -20,7 +20,14 @@ import pytest
 import torch
 import torch.distributed as dist
 from safetensors.torch import load_file
-from support.runs import ONE_THREAD, TINY_FLAGS, default_flags_run, train, write_data
+from support.runs import (
+    DEFAULT_FLAGS,
+    ONE_THREAD,
+    TINY_FLAGS,
+    default_flags_run,
+    train,
+    write_data,
+)
 
 from gpt.errors import EXIT_FATAL, EXIT_STOPPED
 from gpt.rundir.layout import RunDir
@@ -135,17 +142,17 @@ def test_a_bad_flag_under_torchrun_exits_fatal_with_one_line(tmp_path: Path) -> 
 @pytest.mark.slow
 def test_with_the_default_flags_a_sigterm_resumes_bit_identical(tmp_path: Path,
                                                                  tmp_path_factory) -> None:
-    """What the README says, with the default model and recipe (100 steps, as
+    """What the README says, with the default model and recipe (support.runs.DEFAULT_FLAGS, as
     tests/workload/test_train_gpt.py's default-flags test): SIGTERM at a random step, then the
     same command, gives the weights of the run that was never stopped (the default-flags run both
     compare with)."""
     write_data(tmp_path, "stopped")
     command = [sys.executable, "-m", "gpt", "train-gpt", "--root", str(tmp_path), "--run",
-               "stopped", "--max_iters", "100", "--log_interval", "1"]
+               "stopped", *DEFAULT_FLAGS, "--log_interval", "1"]
     env = {**os.environ, **ONE_THREAD}
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             env=env)  # fmt: skip
-    after = random.Random().randrange(2, 90)
+    after = random.Random().randrange(2, 36)
     for line in proc.stdout:
         if (m := re.match(r"step\s+(\d+)/", line)) and int(m.group(1)) >= after:
             proc.send_signal(signal.SIGTERM)
