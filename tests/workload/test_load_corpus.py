@@ -344,10 +344,11 @@ def big_text(path: Path, size: int) -> Path:
 
 
 @pytest.mark.slow
-def test_a_200_mb_corpus_loads_in_bounded_memory(root: Path, tmp_path: Path) -> None:
-    """The whole stage (gpt2, compacted) on ~200 MB stays far below what holding it would take
-    (the in-memory stage needed 25x its input)."""
-    src = big_text(tmp_path / "big.txt", 200_000_000)
+def test_a_50_mb_corpus_loads_in_bounded_memory(root: Path, tmp_path: Path) -> None:
+    """The whole stage (gpt2, compacted) on ~50 MB stays far below what holding it would take
+    (the in-memory stage needed 25x its input: 1.25 GB here). The speed and memory at 1-2 GB are
+    `make bench BENCH=corpus`'s (docs/performance.md); 200 MB here took a minute of CPU."""
+    src = big_text(tmp_path / "big.txt", 50_000_000)
     rss, out = peak_rss_mb(
         [sys.executable, "-m", "gpt", "load-corpus", "--root", str(root), "--run", "big",
          "--source", str(src)]
@@ -355,8 +356,8 @@ def test_a_200_mb_corpus_loads_in_bounded_memory(root: Path, tmp_path: Path) -> 
     assert out.returncode == 0, out.stderr
     meta = json.loads((root / "big" / "data" / "meta.json").read_text())
     assert meta["train_bytes"] + meta["val_bytes"] == src.stat().st_size
-    assert meta["train_tokens"] > 40_000_000
-    assert rss < 600, f"peak resident memory {rss:.0f} MB"
+    assert meta["train_tokens"] > 10_000_000
+    assert rss < 300, f"peak resident memory {rss:.0f} MB"
 
 
 def test_a_kill_mid_way_leaves_nothing_and_the_next_run_sweeps_its_scratch(
