@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-from gpt.errors import InputError
+from gpt.errors import InputError, first_line
 
 CHUNK = 1 << 20  # decompressed bytes handed on at a time
 # Compressed bytes fed to zstd at a time: zstandard's decompressobj has no output limit, so the
@@ -123,7 +123,7 @@ def chunks(origin: str, path: Path, compression: str | None, max_bytes: int) -> 
     except (EOFError, OSError, zlib.error, lzma.LZMAError, _ZstdError) as e:
         if isinstance(e, InputError):
             raise
-        said = str(e) or type(e).__name__
+        said = first_line(e)
         raise InputError(
             f"--source {origin!r}: truncated or corrupt {compression} data ({said})"
         ) from None

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gpt.data.cleaning import clean
-from gpt.errors import InputError
+from gpt.errors import InputError, first_line
 
 MAX_LINE = 64 << 20  # a JSON Lines record longer than this is refused, not held
 ROWS = 4096  # Parquet rows converted to Python strings at a time (within a row group)
@@ -90,7 +90,7 @@ def _field_of(origin: str, line: bytes, line_no: int, text_field: str, loads, ba
         if line_no == 1 and line.lstrip().startswith(b"["):
             raise InputError(f"--source {origin!r}: a JSON array, not JSON Lines (one object "
                              "a line)") from None
-        raise InputError(f"--source {origin!r}: invalid JSON on line {line_no}: {e}") from None
+        raise InputError(f"--source {origin!r}: invalid JSON on line {line_no}: {first_line(e)}") from None
     if not isinstance(record, dict):
         raise InputError(f"--source {origin!r}: line {line_no} is a JSON "
                          f"{_json_type(record)}, not an object (JSON Lines: one object a line)")
@@ -120,9 +120,10 @@ def parquet_texts(origin: str, path: Path, text_field: str) -> Iterator[str | No
     import pyarrow.parquet as pq
 
     try:
-        pf = pq.ParquetFile(path)
+        # Reads of 1 MiB, a column chunk when it is needed (not the row group's all at once)
+        pf = pq.ParquetFile(path, buffer_size=1 << 20, pre_buffer=False)
     except (pa.ArrowException, OSError) as e:
-        raise InputError(f"--source {origin!r}: not a readable Parquet file: {e}") from None
+        raise InputError(f"--source {origin!r}: not a readable Parquet file: {first_line(e)}") from None
     schema = pf.schema_arrow
     if text_field not in schema.names:
         raise InputError(f"--source {origin!r}: no column {text_field!r} (its columns: "
@@ -136,7 +137,7 @@ def parquet_texts(origin: str, path: Path, text_field: str) -> Iterator[str | No
             for batch in pf.iter_batches(ROWS, row_groups=[group], columns=[text_field]):
                 yield from batch.column(0).to_pylist()
     except (pa.ArrowException, OSError) as e:
-        raise InputError(f"--source {origin!r}: corrupt Parquet data: {e}") from None
+        raise InputError(f"--source {origin!r}: corrupt Parquet data: {first_line(e)}") from None
 
 
 def clean_record(text: str) -> tuple[str, dict[str, int]]:
