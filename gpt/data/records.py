@@ -90,7 +90,9 @@ def _field_of(origin: str, line: bytes, line_no: int, text_field: str, loads, ba
         if line_no == 1 and line.lstrip().startswith(b"["):
             raise InputError(f"--source {origin!r}: a JSON array, not JSON Lines (one object "
                              "a line)") from None
-        raise InputError(f"--source {origin!r}: invalid JSON on line {line_no}: {first_line(e)}") from None
+        raise InputError(
+            f"--source {origin!r}: invalid JSON on line {line_no}: {first_line(e)}"
+        ) from None
     if not isinstance(record, dict):
         raise InputError(f"--source {origin!r}: line {line_no} is a JSON "
                          f"{_json_type(record)}, not an object (JSON Lines: one object a line)")
@@ -123,7 +125,9 @@ def parquet_texts(origin: str, path: Path, text_field: str) -> Iterator[str | No
         # Reads of 1 MiB, a column chunk when it is needed (not the row group's all at once)
         pf = pq.ParquetFile(path, buffer_size=1 << 20, pre_buffer=False)
     except (pa.ArrowException, OSError) as e:
-        raise InputError(f"--source {origin!r}: not a readable Parquet file: {first_line(e)}") from None
+        raise InputError(
+            f"--source {origin!r}: not a readable Parquet file: {first_line(e)}"
+        ) from None
     schema = pf.schema_arrow
     if text_field not in schema.names:
         raise InputError(f"--source {origin!r}: no column {text_field!r} (its columns: "
