@@ -6,22 +6,17 @@ from __future__ import annotations
 
 import bz2
 import gzip
-import io
-import json
 import lzma
 import tempfile
 from pathlib import Path
 
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 import zstandard
+from support.corpora import DL, jsonl, parquet, read, refusal
 
 from gpt.data.formats import Format, format_of, format_or_text
-from gpt.data.sources import Document, Download, read_source
-from gpt.errors import InputError
+from gpt.data.sources import Download, read_source
 
-DL = Download(timeout=2.0, retries=0, backoff=0.0, max_bytes=10_000_000)
 DOCS = ["First document.\nTwo lines.", "Second, with ünïcödé and \"quotes\".", "Third\n\nparas."]
 COMPRESS = {
     None: lambda b: b,
@@ -33,37 +28,10 @@ COMPRESS = {
 SUFFIX = {None: "", "gzip": ".gz", "zstd": ".zst", "bz2": ".bz2", "xz": ".xz"}
 
 
-def jsonl(docs: list[str | None], field: str = "text") -> bytes:
-    return b"".join(json.dumps({"id": i, field: d}).encode() + b"\n" for i, d in enumerate(docs))
-
-
-def parquet(docs: list, field: str = "text", row_group_size: int = 2) -> bytes:
-    out = io.BytesIO()
-    table = pa.table({"id": list(range(len(docs))), field: docs})
-    pq.write_table(table, out, row_group_size=row_group_size)
-    return out.getvalue()
-
-
 def raw(kind: str, docs: list[str]) -> bytes:
     if kind == "txt":
         return "\n\n".join(docs).encode()
     return jsonl(docs) if kind == "jsonl" else parquet(docs)
-
-
-def read(source: Path | str, **kw) -> tuple[str, list[Document]]:
-    """The text read_source writes for `source`, and its documents."""
-    pieces: list[bytes] = []
-    with tempfile.TemporaryDirectory() as scratch:
-        docs = read_source(str(source), kw.pop("dl", DL), Path(scratch), pieces.append, **kw)
-    return b"".join(pieces).decode(), docs
-
-
-def refusal(source: Path | str, **kw) -> str:
-    with pytest.raises(InputError) as e:
-        read(source, **kw)
-    message = str(e.value)
-    assert "\n" not in message, "one line"
-    return message
 
 
 @pytest.mark.parametrize("compression", list(COMPRESS))

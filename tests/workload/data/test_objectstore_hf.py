@@ -16,8 +16,8 @@ import json
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from support.corpora import read, refusal
 from support.hubserver import HubServer
-from test_formats import read, refusal
 
 from gpt.config.configs import CorpusConfig
 from gpt.data.sources import canonical, kind_of

@@ -13,8 +13,8 @@ import textwrap
 
 import pytest
 import zstandard
+from support.corpora import jsonl, parquet, read, refusal
 from support.paths import FIXTURES, PROJECT
-from test_formats import jsonl, parquet, read, refusal
 
 from gpt.config.configs import CorpusConfig
 from gpt.data import records
