@@ -1,16 +1,20 @@
 """Object storage: `s3://` (AWS S3, and MinIO, SeaweedFS or any S3 API at an endpoint URL) and
-`gs://`, read and written through fsspec (`s3fs`, `gcsfs`: the `storage` extra).
+`gs://`, read and written through fsspec (`s3fs`, `gcsfs`: the `storage` extra); and, read only,
+Hugging Face datasets, `hf://datasets/ORG/NAME[@REVISION][/PATH]`, through huggingface_hub's
+fsspec filesystem (HfFileSystem: a workload dependency).
 
-load-corpus downloads a source object (or each `*.txt` object directly under a prefix) into its
-scratch directory in chunks, then cleans it as a local file; train-gpt copies the finished
-`model/` to `--export_uri`. fsspec and its backends are imported only here and only when such a
-URI is given, so the default pipeline needs none of them; the URI checks below import nothing.
+load-corpus downloads a source object (or each corpus object directly under a prefix, or each
+file a Hugging Face path names: the file, a folder's files, a glob's matches) into its scratch
+directory in chunks, then reads it as a local file; train-gpt copies the finished `model/` to
+`--export_uri`. fsspec and its backends are imported only here and only when such a URI is
+given, so the default pipeline needs none of them; the URI checks below import nothing.
 
 Credentials are the backends' own: for S3, botocore's chain (`AWS_ACCESS_KEY_ID`,
 `AWS_SECRET_ACCESS_KEY`, `AWS_SESSION_TOKEN`, IRSA's web identity token, an instance role), the
 endpoint from `AWS_ENDPOINT_URL_S3` or `AWS_ENDPOINT_URL`, the region from `AWS_REGION` or
-`AWS_DEFAULT_REGION`; for GCS, Application Default Credentials (Workload Identity on GKE). Every
-failure is an `InputError` naming the URI and the reason.
+`AWS_DEFAULT_REGION`; for GCS, Application Default Credentials (Workload Identity on GKE); for
+the Hub, `HF_TOKEN` (and `HF_ENDPOINT` for a mirror). Every failure is an `InputError` naming the
+URI and the reason.
 """
 
 from __future__ import annotations
@@ -32,9 +36,9 @@ from gpt.data.progress import Progress
 from gpt.errors import InputError, first_line
 from gpt.rundir.atomic import writing
 
-# The variables the S3 client reads here: on a cluster each comes from the key of the same name
-# of the Secret a step names (`storage_secret`, components/trainjob/launcher.py); the first two must
-# be in it, the others may.
+# The variables the S3 and Hub clients read here: on a cluster each comes from the key of the same
+# name of the Secret a step names (`storage_secret`, components/trainjob/launcher.py); the first
+# two must be in it, the others may.
 ENV_REQUIRED = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
 ENV_OPTIONAL = ("AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_REGION",
                 "AWS_DEFAULT_REGION", "HF_TOKEN", "HF_ENDPOINT")  # fmt: skip

