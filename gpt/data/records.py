@@ -2,15 +2,16 @@
 document.
 
 A JSON Lines file is read in chunks and cut into lines (a line may be at most MAX_LINE bytes);
-each non-blank line must be a JSON object (orjson parses it: 3-4x the standard library's speed
-on FineWeb-like records, bench/corpus_speed.py). A Parquet file is read a row group at a time,
-only the text column (pyarrow). A record whose field is null, empty or only whitespace is
-skipped and counted; a missing field, a field that is not a string, a line that is not JSON, a
-Parquet file without the column are refused, one line naming the file, the line and the reason.
+each non-blank line must be a JSON object (the standard library's json parses it). A Parquet
+file is read a row group at a time, only the text column (pyarrow). A record whose field is
+null, empty or only whitespace is skipped and counted; a missing field, a field that is not a
+string, a line that is not JSON, a Parquet file without the column are refused, one line naming
+the file, the line and the reason.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,22 +46,16 @@ class Records:
         self.skipped[why] = self.skipped.get(why, 0) + 1
 
 
-def _loads() -> tuple[object, type[Exception]]:
-    try:
-        import orjson
-
-        return orjson.loads, orjson.JSONDecodeError
-    except ImportError:  # the workload's dependencies have it; a bare checkout may not
-        import json
-
-        return json.loads, json.JSONDecodeError
+# The JSON parser: the standard library's. orjson read these records 1.2x faster (reader alone,
+# CPU time, bench/corpus_formats.py): 1-2% of the stage, not worth a dependency. The benchmark
+# swaps this to measure it again.
+loads: Callable[[bytes], object] = json.loads
 
 
 def jsonl_texts(origin: str, chunks: Iterable[bytes], text_field: str) -> Iterator[str | None]:
     """The field `text_field` of every record of a JSON Lines stream (None where it is null);
     refuses a line that is no JSON object, a field that is not a string, and (once the whole
     file is read, to say how many) records without the field."""
-    loads, bad_json = _loads()
     missing, line_no, carry = Missing(), 0, b""
     for chunk in chunks:
         lines = (carry + chunk if carry else chunk).split(b"\n")
@@ -70,10 +65,10 @@ def jsonl_texts(origin: str, chunks: Iterable[bytes], text_field: str) -> Iterat
                              f"than {MAX_LINE:,} bytes: not JSON Lines?")
         for line in lines:
             line_no += 1
-            yield from _field_of(origin, line, line_no, text_field, loads, bad_json, missing)
+            yield from _field_of(origin, line, line_no, text_field, missing)
     if carry:
         line_no += 1
-        yield from _field_of(origin, carry, line_no, text_field, loads, bad_json, missing)
+        yield from _field_of(origin, carry, line_no, text_field, missing)
     if missing.count:
         raise InputError(
             f"--source {origin!r}: {missing.count:,} record(s) without the field "
@@ -81,13 +76,13 @@ def jsonl_texts(origin: str, chunks: Iterable[bytes], text_field: str) -> Iterat
         )
 
 
-def _field_of(origin: str, line: bytes, line_no: int, text_field: str, loads, bad_json,
+def _field_of(origin: str, line: bytes, line_no: int, text_field: str,
               missing: Missing) -> Iterator[str | None]:
     if not line or line.isspace():
         return
     try:
         record = loads(line)
-    except bad_json as e:
+    except ValueError as e:  # JSONDecodeError, or UnicodeDecodeError for bytes not UTF-8
         if line_no == 1 and line.lstrip().startswith(b"["):
             raise InputError(f"--source {origin!r}: a JSON array, not JSON Lines (one object "
                              "a line)") from None

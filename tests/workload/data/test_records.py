@@ -131,7 +131,7 @@ def test_the_cli_refuses_with_one_line_exit_2_and_writes_nothing(tmp_path):
 CHILD = textwrap.dedent("""
     import sys, tempfile
     from pathlib import Path
-    import pyarrow.parquet, zstandard, orjson  # imported before the baseline
+    import json, pyarrow.parquet, zstandard  # imported before the baseline
     from gpt.data.sources import Download, read_source
     def status(key):  # MB
         with open("/proc/self/status") as f:
