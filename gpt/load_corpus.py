@@ -238,8 +238,8 @@ def write(
 
 def records(doc: Document) -> str:
     """What a file of records gave: its format, documents and skipped records."""
-    if doc.format == "txt":
-        return ""
+    if doc.format.startswith("txt"):  # one document, compressed or not
+        return "" if doc.format == "txt" else f", {doc.format}"
     skipped = ", ".join(f"{v:,} {k}" for k, v in doc.skipped.items())
     skipped = f" ({skipped} skipped)" if skipped else ""
     return f", {doc.format}: {doc.documents:,} documents{skipped}"

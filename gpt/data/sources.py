@@ -234,6 +234,7 @@ class Reader:
             texts = parquet_texts(origin, path, self.text_field)
         sep = b"\n\n" if self.written else b""
         got = write_documents(origin, texts, self.write, sep, self.left, self.progress)
+        (self.scratch / "decompressed").unlink(missing_ok=True)  # one on disk at a time
         return Document(origin, size, sha256, got.kept_bytes, got.removed, str(fmt),
                         got.documents, got.skipped)
 
@@ -254,7 +255,6 @@ class Reader:
             what = ", ".join(f"{v:,} {k}" for k, v in skipped.items()) or "no records"
             raise InputError(f"--source {source!r}: empty dataset: no document with text "
                              f"({what})")
-        (self.scratch / "decompressed").unlink(missing_ok=True)
         return docs
 
 
