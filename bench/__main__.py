@@ -15,6 +15,7 @@ from bench.harness import RESULTS, summary
 
 BENCHMARKS = {
     "corpus": "bench.corpus_speed",
+    "corpus_formats": "bench.corpus_formats",
     "objectstore": "bench.objectstore_speed",
     "train": "bench.train_speed",
     "generation": "bench.generation_speed",

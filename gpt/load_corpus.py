@@ -20,8 +20,9 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from gpt.config.configs import CorpusConfig
+from gpt.data.formats import Format, format_or_text
 from gpt.data.progress import Progress
-from gpt.data.sources import Document, Download, canonical, kind_of, read_source
+from gpt.data.sources import Document, Download, canonical, corpus_files, kind_of, read_source
 from gpt.data.tokenfiles import TokenFiles, tokenize_file
 from gpt.data.tokenizer import GPT2Tokenizer, Tokenizer
 from gpt.errors import InputError
@@ -71,6 +72,7 @@ def main(cfg: CorpusConfig) -> None:
         source = {
             "source": inputs.source,
             "kind": kind,
+            **({"text_field": cfg.text_field} if any(d.format != "txt" for d in docs) else {}),
             "documents": [doc.record() for doc in docs],
             "kept_bytes": text.nbytes,
             "sha256": inputs.corpus_sha256,
@@ -91,10 +93,12 @@ def clean(cfg: CorpusConfig, kind: str, text_path: Path,
     reading = Progress("cleaned", source_bytes(cfg.source))
     with open(text_path, "wb") as f:
         text = TextFile(f)
-        docs = read_source(cfg.source, download_of(cfg), scratch, text.write, reading.update)
+        docs = read_source(cfg.source, download_of(cfg), scratch, text.write, reading.update,
+                           cfg.text_field)
     reading.done()
     for doc in docs:
-        print(f"corpus: read {doc.origin} ({kind}): {doc.raw_bytes:,} bytes; {removal(doc)}")
+        print(f"corpus: read {doc.origin} ({kind}): {doc.raw_bytes:,} bytes{records(doc)}; "
+              f"{removal(doc)}")
     return text, docs
 
 
@@ -154,13 +158,15 @@ def check_length(cfg: CorpusConfig, out: TokenFiles) -> None:
 
 
 def source_bytes(source: str) -> int:
-    """The size of a local source (for an ETA while cleaning it); 0 where it is not known."""
+    """The size of a local plain-text source (for an ETA while cleaning it); 0 where it is not
+    known (elsewhere, and where compression or records make the text's size another's)."""
     kind = kind_of(source)
-    if kind == "file":
-        return Path(source).stat().st_size
-    if kind == "dir":
-        return sum(p.stat().st_size for p in Path(source).glob("*.txt") if p.is_file())
-    return 0
+    if kind not in ("file", "dir"):
+        return 0
+    files = [Path(source)] if kind == "file" else corpus_files(Path(source))
+    if not files or any(format_or_text(p.name) != Format("txt") for p in files):
+        return 0
+    return sum(p.stat().st_size for p in files)
 
 
 def download_of(cfg: CorpusConfig) -> Download:
@@ -228,6 +234,15 @@ def write(
             os.replace(scratch / f.name, data / f.name)
         write_json(data / rundir.tokenizer_json.name, tok.to_json(), what="the tokenizer")
         meta.write(data / rundir.meta_json.name)
+
+
+def records(doc: Document) -> str:
+    """What a file of records gave: its format, documents and skipped records."""
+    if doc.format.startswith("txt"):  # one document, compressed or not
+        return "" if doc.format == "txt" else f", {doc.format}"
+    skipped = ", ".join(f"{v:,} {k}" for k, v in doc.skipped.items())
+    skipped = f" ({skipped} skipped)" if skipped else ""
+    return f", {doc.format}: {doc.documents:,} documents{skipped}"
 
 
 def removal(doc: Document) -> str:

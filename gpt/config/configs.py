@@ -327,10 +327,14 @@ class CorpusConfig(ContextConfig, RunConfig):
     """load-corpus's flags: the run directory, the source, the tokenizer, and these."""
 
     source: str = DEFAULT_SOURCE
-    """What to train on: an http(s) URL, a local .txt file, a local directory (its *.txt files in
-    name order), an s3:// or gs:// object, an s3:// or gs:// prefix ending in '/' (its *.txt
-    objects in key order), or 'default' (or empty) for the embedded Comedy of Errors, which
-    needs no network."""
+    """What to train on: an http(s) URL, a local file, a local directory (its corpus files in
+    name order), an s3:// or gs:// object, an s3:// or gs:// prefix ending in '/' (its corpus
+    objects in key order), a Hugging Face dataset hf://datasets/ORG/NAME[@REVISION][/PATH] (a
+    file, a folder or a glob), or 'default' (or empty) for the embedded Comedy of Errors, which
+    needs no network. Corpus files: .txt (one document), .jsonl or .json (JSON Lines) and
+    .parquet (one document a record), each optionally .gz, .zst, .bz2 or .xz."""
+    text_field: str = "text"
+    """JSON Lines and Parquet sources: the field (column) holding each record's text."""
     tokenizer: Literal["gpt2", "char"] = "gpt2"
     """gpt2: GPT-2 BPE (tiktoken, offline); char: one token per character of the corpus."""
     compact: bool = True
@@ -374,6 +378,8 @@ class CorpusConfig(ContextConfig, RunConfig):
             raise ValueError(f"--download_backoff {self.download_backoff}: must be >= 0")
         if self.max_bytes < 1:
             raise ValueError(f"--max_bytes {self.max_bytes}: must be at least 1")
+        if not self.text_field:
+            raise ValueError("--text_field '': name the field holding each record's text")
 
 
 _DEVICE = re.compile(r"^(auto|cpu|mps|cuda(:\d+)?)$")

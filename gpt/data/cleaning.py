@@ -93,9 +93,10 @@ def _ending(chunks: Iterable[bytes]) -> Iterator[tuple[bytes, bool]]:
     yield b"", True
 
 
-def scan(origin: str, chunks: Iterable[bytes]) -> Scan:
+def scan(origin: str, chunks: Iterable[bytes], nul_ok: bool = False) -> Scan:
     """Check `chunks` are non-empty UTF-8 text without NUL bytes (refusals in the order the
-    in-memory reader had: empty, binary, not UTF-8) and find the Gutenberg markers."""
+    in-memory reader had: empty, binary, not UTF-8) and find the Gutenberg markers. `nul_ok`:
+    a NUL is text (a record's field, where JSON spelt it `\\u0000` on purpose)."""
     s = Scan()
     digest = hashlib.sha256()
     nul = False
@@ -122,7 +123,7 @@ def scan(origin: str, chunks: Iterable[bytes]) -> Scan:
     s.raw_sha256 = digest.hexdigest()
     if not s.raw_bytes:
         raise InputError(f"--source {origin!r}: empty")
-    if nul:
+    if nul and not nul_ok:
         raise InputError(f"--source {origin!r}: binary file (contains NUL bytes), not text")
     if bad is not None:
         raise InputError(f"--source {origin!r}: not UTF-8 text ({bad})")
@@ -255,11 +256,12 @@ def emit(
     return nbytes
 
 
-def clean(text: str) -> tuple[str, dict[str, int]]:
+def clean(text: str, nul_ok: bool = False) -> tuple[str, dict[str, int]]:
     """`text` cleaned as a document of that text would be (without the checks on its bytes):
-    the cleaned text and what was removed (counts of characters, or of line breaks rewritten)."""
+    the cleaned text and what was removed (counts of characters, or of line breaks rewritten).
+    Refuses, as a document, text left empty by cleaning (and, unless `nul_ok`, NUL bytes)."""
     raw = [text.encode("utf-8")]
-    scanned = scan("text", raw)
+    scanned = scan("text", raw, nul_ok)
     out: list[bytes] = []
     emit("text", scanned, raw, out.append)
     return b"".join(out).decode("utf-8"), scanned.removed

@@ -1,16 +1,20 @@
 """Object storage: `s3://` (AWS S3, and MinIO, SeaweedFS or any S3 API at an endpoint URL) and
-`gs://`, read and written through fsspec (`s3fs`, `gcsfs`: the `storage` extra).
+`gs://`, read and written through fsspec (`s3fs`, `gcsfs`: the `storage` extra); and, read only,
+Hugging Face datasets, `hf://datasets/ORG/NAME[@REVISION][/PATH]`, through huggingface_hub's
+fsspec filesystem (HfFileSystem: a workload dependency).
 
-load-corpus downloads a source object (or each `*.txt` object directly under a prefix) into its
-scratch directory in chunks, then cleans it as a local file; train-gpt copies the finished
-`model/` to `--export_uri`. fsspec and its backends are imported only here and only when such a
-URI is given, so the default pipeline needs none of them; the URI checks below import nothing.
+load-corpus downloads a source object (or each corpus object directly under a prefix, or each
+file a Hugging Face path names: the file, a folder's files, a glob's matches) into its scratch
+directory in chunks, then reads it as a local file; train-gpt copies the finished `model/` to
+`--export_uri`. fsspec and its backends are imported only here and only when such a URI is
+given, so the default pipeline needs none of them; the URI checks below import nothing.
 
 Credentials are the backends' own: for S3, botocore's chain (`AWS_ACCESS_KEY_ID`,
 `AWS_SECRET_ACCESS_KEY`, `AWS_SESSION_TOKEN`, IRSA's web identity token, an instance role), the
 endpoint from `AWS_ENDPOINT_URL_S3` or `AWS_ENDPOINT_URL`, the region from `AWS_REGION` or
-`AWS_DEFAULT_REGION`; for GCS, Application Default Credentials (Workload Identity on GKE). Every
-failure is an `InputError` naming the URI and the reason.
+`AWS_DEFAULT_REGION`; for GCS, Application Default Credentials (Workload Identity on GKE); for
+the Hub, `HF_TOKEN` (and `HF_ENDPOINT` for a mirror). Every failure is an `InputError` naming the
+URI and the reason.
 """
 
 from __future__ import annotations
@@ -27,18 +31,23 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from gpt.data.formats import format_of
 from gpt.data.progress import Progress
 from gpt.errors import InputError, first_line
 from gpt.rundir.atomic import writing
 
-# The variables the S3 client reads here: on a cluster each comes from the key of the same name
-# of the Secret a step names (`storage_secret`, components/trainjob/launcher.py); the first two must
-# be in it, the others may.
+# The variables the S3 and Hub clients read here: on a cluster each comes from the key of the same
+# name of the Secret a step names (`storage_secret`, components/trainjob/launcher.py); the first
+# two must be in it, the others may.
 ENV_REQUIRED = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
 ENV_OPTIONAL = ("AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_REGION",
-                "AWS_DEFAULT_REGION")  # fmt: skip
+                "AWS_DEFAULT_REGION", "HF_TOKEN", "HF_ENDPOINT")  # fmt: skip
 # scheme -> the package that implements it for fsspec
 BACKENDS = {"s3": "s3fs", "gs": "gcsfs"}
+# Read only (load-corpus's --source): Hugging Face datasets, huggingface_hub's HfFileSystem.
+HF = "hf"
+HF_ENV = ("HF_TOKEN", "HF_ENDPOINT")  # the token; the Hub's address (a mirror, or a test's fake)
+_GLOB = re.compile(r"[*?\[]")
 _URI = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://([^/]*)(/.*)?$")
 CHUNK = 1 << 20  # bytes read (and held) at a time while downloading
 PART = 16 << 20  # bytes an upload holds before it sends them (a multipart upload's part size)
@@ -83,7 +92,7 @@ class Store:
 
     def __init__(self, uri: str, flag: str, patience: Patience = Patience()) -> None:
         self.uri, self.flag = uri, flag
-        self.scheme = scheme_of(uri) or ""
+        self.scheme = scheme_of(uri) or (HF if uri.lower().startswith("hf://") else "")
         self.path = uri.split("://", 1)[1].rstrip("/")  # bucket/key: what fsspec's calls take
         self.fs = filesystem(self.scheme, patience, self.fail)
 
@@ -117,17 +126,32 @@ class Store:
             raise self.fail("not an object (a prefix? end the URI with '/')")
         return int(info["size"])
 
-    def texts(self) -> list[tuple[str, int]]:
-        """The `*.txt` objects directly under the prefix (as a folder is read: not
-        recursive), in key order, with their sizes."""
-        entries = self.call(lambda: self.fs.ls(self.path, detail=True))
+    def data_files(self, which: str) -> list[tuple[str, int]]:
+        """The corpus files (by their names' extensions, `which` says which) directly under
+        the prefix (as a folder is read: not recursive), in key order, with their sizes; for a
+        Hugging Face dataset, its file, or its folder's files, or its glob's matches."""
+        if self.scheme == HF:
+            entries = self.hf_entries()
+        else:
+            entries = self.call(lambda: self.fs.ls(self.path, detail=True))
         found = sorted(
             (self.uri_of(e["name"]), int(e["size"])) for e in entries
-            if e.get("type") == "file" and e["name"].endswith(".txt")
+            if e.get("type") == "file" and format_of(e["name"])
         )  # fmt: skip
         if not found:
-            raise self.fail("no *.txt objects directly under this prefix")
+            glob = _GLOB.search(self.path)
+            where = "matching this glob" if glob else "directly under this prefix"
+            raise self.fail(f"no corpus files ({which}) {where}")
         return found
+
+    def hf_entries(self) -> list[dict[str, Any]]:
+        """A Hugging Face path's entries: a glob's matches, a folder's files, or the file."""
+        if _GLOB.search(self.path):
+            return list(self.call(lambda: self.fs.glob(self.path, detail=True)).values())
+        info = self.call(lambda: self.fs.info(self.path))
+        if info.get("type") == "file":
+            return [info]
+        return self.call(lambda: self.fs.ls(self.path, detail=True))
 
     def download(self, uri: str, dest: Path, max_bytes: int) -> int:
         """Copy the object `uri` to the file `dest` a CHUNK at a time, refusing more than
@@ -159,6 +183,10 @@ class Store:
         at the network's pace in a chunk's memory, where ranged GETs cost a request each (and
         moto's server reads the whole object for every range: 5x slower here); elsewhere
         fsspec's file, which buffers one block of its backend's."""
+        if self.scheme == HF:  # one streamed GET (HfFileSystemStreamFile), not ranged blocks
+            with self.call(lambda: self.fs.open(path, "rb", block_size=0), uri) as f:
+                yield f.read
+            return
         if self.scheme != "s3":
             with self.call(lambda: self.fs.open(path, "rb"), uri) as f:
                 yield f.read
@@ -236,6 +264,13 @@ def sha256_of(path: Path) -> str:
 def reason(e: BaseException) -> str:
     """What went wrong, for a person: the kind of failure, then the backend's own words."""
     said = first_line(e)
+    status = hub_status(e)
+    if status == 401:
+        return ("the Hub answered 401 Unauthorized: a private or gated dataset, or no such "
+                "repository; set HF_TOKEN (on a cluster, a key of the Secret storage_secret "
+                f"names): {said}")
+    if status == 403:
+        return f"the Hub answered 403 Forbidden (accept the dataset's terms on its page?): {said}"
     if isinstance(e, FileNotFoundError):
         return f"not found (no such bucket, key or prefix): {said}"
     if isinstance(e, PermissionError):
@@ -248,8 +283,37 @@ def reason(e: BaseException) -> str:
     return f"{name}: {said}"
 
 
+def hub_status(e: BaseException | None) -> int | None:
+    """The HTTP status of a Hub error behind `e` (HfFileSystem turns a refusal into
+    FileNotFoundError, the Hub's error its cause)."""
+    seen = 0
+    while e is not None and seen < 8:
+        response = getattr(e, "response", None)
+        status = getattr(response, "status_code", None)
+        if isinstance(status, int):
+            return status
+        e, seen = e.__cause__ or e.__context__, seen + 1
+    return None
+
+
+def hf_filesystem(patience: Patience, fail: Callable[[str], InputError]) -> Any:
+    """huggingface_hub's fsspec filesystem: the token from HF_TOKEN (unset: huggingface_hub's
+    own, `hf auth login`'s, or none, for public datasets), the Hub at HF_ENDPOINT (read now,
+    not when huggingface_hub was imported)."""
+    try:
+        from huggingface_hub import HfFileSystem
+    except ImportError as e:
+        raise fail(f"hf:// needs huggingface_hub (a workload dependency): {e}") from None
+    for name in ("huggingface_hub", "fsspec"):
+        logging.getLogger(name).addHandler(logging.NullHandler())
+    token, endpoint = (os.environ.get(k) or None for k in HF_ENV)
+    return HfFileSystem(token=token, endpoint=endpoint, skip_instance_cache=True)
+
+
 def filesystem(scheme: str, patience: Patience, fail: Callable[[str], InputError]) -> Any:
     """The fsspec filesystem for `scheme`, its package imported now (the `storage` extra)."""
+    if scheme == HF:
+        return hf_filesystem(patience, fail)
     try:
         fsspec = importlib.import_module("fsspec")
         importlib.import_module(BACKENDS[scheme])

@@ -1,18 +1,22 @@
 """Where a corpus comes from: fetch or read its bytes, decode them, clean the text.
 
-A source is spelled one of six ways: `default` (or empty) for the embedded *Comedy of Errors*,
-an `http://` / `https://` URL, a local file, a local directory whose `*.txt` files (sorted by
-name, not recursive) are read in order, an `s3://` or `gs://` object, or an object-store prefix
-(ending in "/") whose `*.txt` objects (in key order, not recursive) are read as a directory's
-files are. Documents are streamed, never held whole: a URL or an object is downloaded to a file
-first (gpt/data/objectstore.py), so both cleaning passes read the same bytes; a file is read in
-chunks (twice: gpt/data/cleaning.py), each file or object of a directory or prefix is cleaned on its
-own. Every refusal is an `InputError` naming the source and the reason; the caller writes into a
-staging area, so a refusal leaves nothing behind.
+A source is spelled one of seven ways: `default` (or empty) for the embedded *Comedy of Errors*,
+an `http://` / `https://` URL, a local file, a local directory whose corpus files (sorted by
+name, not recursive) are read in order, an `s3://` or `gs://` object, an object-store prefix
+(ending in "/") whose corpus files directly under it (in key order) are read as a directory's
+are, or a Hugging Face dataset, `hf://datasets/ORG/NAME[@REVISION][/PATH]` (a file, a folder or
+a glob of the repository). A corpus file is plain text, JSON Lines or Parquet, optionally
+compressed (gpt/data/formats.py): a text file is one document; a file of records gives one
+document per record's `--text_field` (gpt/data/records.py). Documents are streamed, never held
+whole: a URL or an object is downloaded to a file first (gpt/data/objectstore.py), so both
+cleaning passes read the same bytes; a file is read in chunks (twice: gpt/data/cleaning.py),
+each document is cleaned on its own. Every refusal is an `InputError` naming the source and the
+reason; the caller writes into a staging area, so a refusal leaves nothing behind.
 """
 
 from __future__ import annotations
 
+import hashlib
 import http.client
 import os
 import re
@@ -26,9 +30,12 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from gpt.data import formats
 from gpt.data.cleaning import emit, scan
+from gpt.data.formats import Format, check_magic, format_of, format_or_text
 from gpt.data.objectstore import Patience, Store, is_prefix, scheme_of
 from gpt.data.progress import Progress
+from gpt.data.records import jsonl_texts, parquet_texts, write_documents
 from gpt.errors import InputError
 from gpt.rundir.atomic import writing
 
@@ -51,15 +58,26 @@ class Document:
     raw_sha256: str
     kept_bytes: int
     removed: dict[str, int] = field(default_factory=dict)
+    format: str = "txt"
+    """'txt', 'jsonl' or 'parquet', '+gzip' (zstd, bz2, xz) where compressed."""
+    documents: int = 1
+    """A text file is one document; a file of records one per record kept."""
+    skipped: dict[str, int] = field(default_factory=dict)
+    """Records skipped: 'null' and 'empty' (nothing but whitespace, before or after cleaning)."""
 
     def record(self) -> dict[str, Any]:
-        return {
+        """Its entry in corpus/source.json (raw: the file as stored, compressed or not). A plain
+        text file's has the fields it always had, so its record is what it was."""
+        out = {
             "origin": self.origin,
             "raw_bytes": self.raw_bytes,
             "raw_sha256": self.raw_sha256,
             "kept_bytes": self.kept_bytes,
             "removed": self.removed,
         }
+        if self.format != "txt":
+            out.update(format=self.format, documents=self.documents, skipped=self.skipped)
+        return out
 
 
 @dataclass(frozen=True)
@@ -74,12 +92,16 @@ class Download:
 
 def kind_of(source: str) -> str:
     """'embedded', 'url', 'file', 'dir', 'object' or 'prefix' (s3:// or gs://; decided from the
-    spelling alone, no network); refuses other URL schemes."""
+    spelling alone, no network), 'hf' (a Hugging Face dataset's file, folder or glob: the Hub
+    says which); refuses other URL schemes."""
     if source in ("", DEFAULT_SOURCE):
         return "embedded"
     url = _URL.match(source)
     if url:
         scheme = url.group(1).lower()
+        if scheme == "hf":
+            check_hf(source)
+            return "hf"
         if scheme_of(source):
             if not source.split("://", 1)[1].split("/", 1)[0]:
                 raise InputError(f"--source {source!r}: no bucket")
@@ -87,8 +109,8 @@ def kind_of(source: str) -> str:
         if scheme not in ("http", "https"):
             raise InputError(
                 f"--source {source!r}: scheme {scheme!r} is not supported "
-                "(use an http(s) URL, an s3:// or gs:// URI, a local file or directory, "
-                "or 'default')"
+                "(use an http(s) URL, an s3:// or gs:// URI, an hf://datasets/ORG/NAME URI, "
+                "a local file or directory, or 'default')"
             )
         return "url"
     try:
@@ -104,6 +126,17 @@ def kind_of(source: str) -> str:
     raise InputError(f"--source {source!r}: {_file_type(mode)}, not a regular file or directory")
 
 
+def check_hf(source: str) -> None:
+    """Refuse an hf:// URI that names no dataset repository (no network)."""
+    parts = source.split("://", 1)[1].split("/")
+    if parts[0] != "datasets":
+        raise InputError(f"--source {source!r}: only dataset repositories are read: "
+                         "hf://datasets/ORG/NAME[@REVISION][/PATH]")
+    if len(parts) < 3 or not parts[1] or not parts[2].split("@")[0]:
+        raise InputError(f"--source {source!r}: no repository: "
+                         "hf://datasets/ORG/NAME[@REVISION][/PATH]")
+
+
 def _file_type(mode: int) -> str:
     for test, name in ((stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
                        (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket")):
@@ -117,88 +150,181 @@ def canonical(source: str) -> str:
     kind = kind_of(source)
     if kind == "embedded":
         return DEFAULT_SOURCE
-    return source if kind in ("url", "object", "prefix") else str(Path(source).resolve())
+    return source if kind in ("url", "object", "prefix", "hf") else str(Path(source).resolve())
+
+
+CORPUS_FILES = "*.txt, *.jsonl, *.json or *.parquet, each optionally .gz, .zst, .bz2 or .xz"
 
 
 def read_source(
     source: str, dl: Download, scratch: Path, write: Callable[[bytes], object],
-    progress: Callable[[int], None] = lambda n: None,
+    progress: Callable[[int], None] = lambda n: None, text_field: str = "text",
 ) -> list[Document]:
     """Clean the documents of `source` in order, writing their kept text through `write` (as
-    UTF-8 bytes), one blank line ("\\n\\n") between documents; returns
-    what was read of each. A URL or an object is downloaded into `scratch` first. `progress`
-    hears of every chunk of raw bytes cleaned."""
+    UTF-8 bytes), one blank line ("\\n\\n") between documents; returns what was read of each
+    file. A URL or an object is downloaded into `scratch` first. `progress` hears of every
+    chunk cleaned. Records give their text from the field `text_field`."""
     kind = kind_of(source)
-    if kind in ("object", "prefix"):
-        return read_objects(source, kind, dl, scratch, write, progress)
-    if kind == "embedded":
+    reader = Reader(dl.max_bytes, scratch, text_field, write, progress)
+    if kind in ("object", "prefix", "hf"):
+        docs = read_objects(source, kind, dl, reader)
+    elif kind == "embedded":
         with resources.as_file(resources.files("gpt.assets") / EMBEDDED_ASSET) as path:
-            origin = f"embedded:{EMBEDDED_ASSET}"
-            return [read_document(origin, path, dl.max_bytes, write, progress)]
-    if kind == "url":
+            docs = [reader.read(f"embedded:{EMBEDDED_ASSET}", path, Format("txt"))]
+    elif kind == "url":
         path = scratch / "download"
         fetch_url(source, dl, path)
-        return [read_document(source, path, dl.max_bytes, write, progress)]
-    if kind == "file":
-        origin = str(Path(source).resolve())
-        return [read_document(origin, Path(source), dl.max_bytes, write, progress)]
-    files = sorted(p for p in Path(source).glob("*.txt") if not p.is_dir())
+        docs = [reader.read(source, path, format_or_text(source.split("?", 1)[0]))]
+    elif kind == "file":
+        docs = [reader.read(str(Path(source).resolve()), Path(source), format_or_text(source))]
+    else:
+        docs = read_dir(source, reader)
+    return reader.finish(source, docs)
+
+
+def corpus_files(folder: Path) -> list[Path]:
+    """The corpus files directly in `folder` (by their names' extensions), in name order."""
+    return sorted(p for p in folder.iterdir() if format_of(p.name) and not p.is_dir())
+
+
+def read_dir(source: str, reader: Reader) -> list[Document]:
+    files = corpus_files(Path(source))
     if not files:
-        raise InputError(f"--source {source!r}: directory holds no *.txt files")
+        raise InputError(f"--source {source!r}: directory holds no corpus files ({CORPUS_FILES})")
     for p in files:
         kind_of(str(p))  # a FIFO or device named *.txt is refused, not read forever
     total = sum(p.stat().st_size for p in files)
-    if total > dl.max_bytes:
-        raise InputError(f"--source {source!r}: {total} bytes exceeds --max_bytes {dl.max_bytes}")
-    docs: list[Document] = []
-    left = dl.max_bytes  # the cap holds for the whole directory, growing files too
-    for p in files:
-        if docs:
-            write(b"\n\n")
-        docs.append(read_document(str(p.resolve()), p, left, write, progress))
-        left -= docs[-1].raw_bytes
-    return docs
+    if total > reader.left:
+        raise InputError(f"--source {source!r}: {total} bytes exceeds --max_bytes {reader.left}")
+    return [reader.read(str(p.resolve()), p, format_of(p.name)) for p in files]  # type: ignore[arg-type]
 
 
-def read_objects(
-    source: str, kind: str, dl: Download, scratch: Path, write: Callable[[bytes], object],
-    progress: Callable[[int], None],
-) -> list[Document]:
-    """An object, or a prefix's `*.txt` objects in key order, each downloaded into `scratch`,
-    cleaned, and deleted before the next (disk: the largest object, not the prefix)."""
+class Reader:
+    """Reads the files of one source in turn, each by its format, into one text: a blank line
+    between documents, the --max_bytes cap over them all (growing files too)."""
+
+    def __init__(self, max_bytes: int, scratch: Path, text_field: str,
+                 write: Callable[[bytes], object], progress: Callable[[int], None]) -> None:
+        self.left, self.scratch, self.text_field = max_bytes, scratch, text_field
+        self.write, self.progress = write, progress
+        self.written = False  # a document has been written: the next one starts after a blank line
+
+    def read(self, origin: str, path: Path, fmt: Format) -> Document:
+        check_magic(origin, path, fmt)
+        if fmt.kind == "txt":
+            if self.written:
+                self.write(b"\n\n")
+            doc = read_document(origin, path, self.left, self.write, self.progress,
+                                fmt.compression)
+        else:
+            doc = self.read_records(origin, path, fmt)
+        self.left -= doc.raw_bytes
+        self.written = self.written or doc.documents > 0
+        return doc
+
+    def read_records(self, origin: str, path: Path, fmt: Format) -> Document:
+        size, sha256 = stored(origin, path, self.left)
+        if fmt.kind == "jsonl":
+            raw = (formats.chunks(origin, path, fmt.compression, self.left) if fmt.compression
+                   else read_chunks(path, self.left))
+            texts = jsonl_texts(origin, raw, self.text_field)
+        else:
+            if fmt.compression:  # Parquet needs to seek (its footer first): decompress to a file
+                path = self.decompressed(origin, path, fmt.compression)
+            texts = parquet_texts(origin, path, self.text_field)
+        sep = b"\n\n" if self.written else b""
+        got = write_documents(origin, texts, self.write, sep, self.left, self.progress)
+        (self.scratch / "decompressed").unlink(missing_ok=True)  # one on disk at a time
+        return Document(origin, size, sha256, got.kept_bytes, got.removed, str(fmt),
+                        got.documents, got.skipped)
+
+    def decompressed(self, origin: str, path: Path, compression: str) -> Path:
+        out = self.scratch / "decompressed"
+        with writing(out, f"{origin} decompressed"), open(out, "wb") as f:
+            for chunk in formats.chunks(origin, path, compression, self.left):
+                f.write(chunk)
+        return out
+
+    def finish(self, source: str, docs: list[Document]) -> list[Document]:
+        """Refuse a source that gave no document (every record null or empty)."""
+        if not any(d.documents for d in docs):
+            skipped = {}
+            for d in docs:
+                for k, v in d.skipped.items():
+                    skipped[k] = skipped.get(k, 0) + v
+            what = ", ".join(f"{v:,} {k}" for k, v in skipped.items()) or "no records"
+            raise InputError(f"--source {source!r}: empty dataset: no document with text "
+                             f"({what})")
+        return docs
+
+
+def stored(origin: str, path: Path, max_bytes: int) -> tuple[int, str]:
+    """A file's size and sha256 as stored (compressed or not), read once; over `max_bytes`
+    refused."""
+    digest, size = hashlib.sha256(), 0
+    for chunk in read_chunks(path, max_bytes):
+        digest.update(chunk)
+        size += len(chunk)
+    return size, digest.hexdigest()
+
+
+def read_objects(source: str, kind: str, dl: Download, reader: Reader) -> list[Document]:
+    """An object, a prefix's corpus objects in key order, or a Hugging Face dataset's files,
+    each downloaded into the scratch directory, read by its format, and deleted before the next
+    (disk: the largest file, not the prefix)."""
     store = Store(source, "--source", Patience(dl.timeout, dl.retries))
-    objects = [(source, store.size())] if kind == "object" else store.texts()
+    if kind == "object":
+        objects = [(source, store.size())]
+    else:
+        objects = store.data_files(CORPUS_FILES)
     total = sum(size for _, size in objects)
     if total > dl.max_bytes:
         raise InputError(f"--source {source!r}: {total} bytes exceeds --max_bytes {dl.max_bytes}")
     docs: list[Document] = []
-    path = scratch / "download"
+    path = reader.scratch / "download"
     for uri, _ in objects:
-        if docs:
-            write(b"\n\n")
-        got = store.download(uri, path, dl.max_bytes - sum(d.raw_bytes for d in docs))
-        docs.append(read_document(uri, path, got, write, progress))
+        store.download(uri, path, reader.left)
+        docs.append(reader.read(uri, path, format_or_text(uri)))
         path.unlink()
     return docs
 
 
 def read_document(
     origin: str, path: Path, max_bytes: int, write: Callable[[bytes], object],
-    progress: Callable[[int], None] = lambda n: None,
+    progress: Callable[[int], None] = lambda n: None, compression: str | None = None,
 ) -> Document:
-    """Check and clean the file at `path` (at most `max_bytes`), writing the kept text."""
+    """Check and clean the text file at `path` (at most `max_bytes`, decompressed where it is
+    compressed), writing the kept text."""
     size = path.stat().st_size
     if size > max_bytes:
         raise InputError(f"--source {str(path)!r}: {size} bytes exceeds --max_bytes {max_bytes}")
-    scanned = scan(origin, read_chunks(path, max_bytes))
+
+    def text(limit: int, cut: bool = False) -> Iterator[bytes]:
+        if compression:
+            return _cut(formats.chunks(origin, path, compression, max_bytes), limit)
+        return read_chunks(path, limit, cut)
+
+    scanned = scan(origin, text(max_bytes))
 
     def again() -> Iterator[bytes]:  # the bytes scanned, even should the file have grown since
-        for chunk in read_chunks(path, scanned.raw_bytes, cut=True):
+        for chunk in text(scanned.raw_bytes, cut=True):
             progress(len(chunk))
             yield chunk
 
     kept = emit(origin, scanned, again(), write)  # bytes
-    return Document(origin, scanned.raw_bytes, scanned.raw_sha256, kept, scanned.removed)
+    if not compression:
+        return Document(origin, scanned.raw_bytes, scanned.raw_sha256, kept, scanned.removed)
+    raw_bytes, raw_sha256 = stored(origin, path, max_bytes)
+    return Document(origin, raw_bytes, raw_sha256, kept, scanned.removed, f"txt+{compression}")
+
+
+def _cut(chunks: Iterator[bytes], limit: int) -> Iterator[bytes]:
+    for chunk in chunks:
+        if len(chunk) >= limit:
+            yield chunk[:limit]
+            return
+        limit -= len(chunk)
+        yield chunk
 
 
 def read_chunks(path: Path, max_bytes: int, cut: bool = False) -> Iterator[bytes]:

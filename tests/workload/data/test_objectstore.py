@@ -102,6 +102,30 @@ def test_a_text_from_a_key_or_a_prefix_equals_the_same_text_from_disk(
     assert not list(root.glob(".s3*")), "the download's scratch is gone"
 
 
+def test_a_prefix_of_records_in_any_format_reads_as_the_same_folder_on_disk(s3, s3env, tmp_path):
+    import zstandard
+    from support.corpora import jsonl, parquet
+
+    folder = tmp_path / "shards"
+    folder.mkdir()
+    (folder / "000.parquet").write_bytes(parquet(["first shard", None, "its second row"]))
+    (folder / "001.jsonl.zst").write_bytes(
+        zstandard.ZstdCompressor().compress(jsonl(["second shard", ""])))
+    (folder / "README.md").write_text("a dataset card: not read\n")
+    upload(s3, folder, "shards")
+    root = tmp_path / "root"
+    for run, source in (("disk", str(folder)), ("s3", f"s3://{BUCKET}/shards/")):
+        load_corpus(CorpusConfig(root=str(root), run=run, source=source, block_size=2,
+                                 val_fraction=0.3))  # fmt: skip
+    assert run_outputs(root, "s3") == run_outputs(root, "disk")
+    assert (root / "s3" / "corpus/text.txt").read_text() == (
+        "first shard\n\nits second row\n\nsecond shard")
+    record = json.loads((root / "s3" / "corpus/source.json").read_text())
+    assert [(d["origin"].rsplit("/", 1)[1], d["format"], d["documents"], d["skipped"])
+            for d in record["documents"]] == [("000.parquet", "parquet", 2, {"null": 1}),
+                                              ("001.jsonl.zst", "jsonl+zstd", 1, {"empty": 1})]
+
+
 def run_cli(source: str, root: Path, env: dict[str, str], *flags: str):
     return subprocess.run(
         [sys.executable, "-m", "gpt", "load-corpus", "--root", str(root), "--run", "bad",

@@ -1,0 +1,190 @@
+"""Documents from records: JSON Lines and Parquet files, streamed, each record's text field one
+document.
+
+A JSON Lines file is read in chunks and cut into lines (a line may be at most MAX_LINE bytes);
+each non-blank line must be a JSON object (the standard library's json parses it). A Parquet
+file is read a row group at a time, only the text column (pyarrow). A record whose field is
+null, empty or only whitespace is skipped and counted; a missing field, a field that is not a
+string, a line that is not JSON, a Parquet file without the column are refused, one line naming
+the file, the line and the reason.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from gpt.data.cleaning import clean
+from gpt.errors import InputError, first_line
+
+MAX_LINE = 64 << 20  # a JSON Lines record longer than this is refused, not held
+ROWS = 4096  # Parquet rows converted to Python strings at a time (within a row group)
+WRITE_BYTES = 1 << 20  # documents' text handed on at a time
+
+
+@dataclass
+class Missing:
+    """Records without the field: how many, and the first one's line."""
+
+    count: int = 0
+    first: int = 0
+
+
+@dataclass
+class Records:
+    """What a file of records gave: documents written, their bytes, records skipped (null,
+    empty), and what cleaning removed from the documents (summed)."""
+
+    documents: int = 0
+    kept_bytes: int = 0
+    skipped: dict[str, int] = field(default_factory=dict)
+    removed: dict[str, int] = field(default_factory=dict)
+
+    def skip(self, why: str) -> None:
+        self.skipped[why] = self.skipped.get(why, 0) + 1
+
+
+# The JSON parser: the standard library's. orjson read these records 1.2x faster (reader alone,
+# CPU time, bench/corpus_formats.py): 1-2% of the stage, not worth a dependency. The benchmark
+# swaps this to measure it again.
+loads: Callable[[bytes], object] = json.loads
+
+
+def jsonl_texts(origin: str, chunks: Iterable[bytes], text_field: str) -> Iterator[str | None]:
+    """The field `text_field` of every record of a JSON Lines stream (None where it is null);
+    refuses a line that is no JSON object, a field that is not a string, and (once the whole
+    file is read, to say how many) records without the field."""
+    missing, line_no, carry = Missing(), 0, b""
+    for chunk in chunks:
+        lines = (carry + chunk if carry else chunk).split(b"\n")
+        carry = lines.pop()
+        if len(carry) > MAX_LINE:
+            raise InputError(f"--source {origin!r}: line {line_no + len(lines) + 1} is longer "
+                             f"than {MAX_LINE:,} bytes: not JSON Lines?")
+        for line in lines:
+            line_no += 1
+            yield from _field_of(origin, line, line_no, text_field, missing)
+    if carry:
+        line_no += 1
+        yield from _field_of(origin, carry, line_no, text_field, missing)
+    if missing.count:
+        raise InputError(
+            f"--source {origin!r}: {missing.count:,} record(s) without the field "
+            f"{text_field!r} (the first on line {missing.first}); choose it with --text_field"
+        )
+
+
+def _field_of(origin: str, line: bytes, line_no: int, text_field: str,
+              missing: Missing) -> Iterator[str | None]:
+    if not line or line.isspace():
+        return
+    try:
+        record = loads(line)
+    except ValueError as e:  # JSONDecodeError, or UnicodeDecodeError for bytes not UTF-8
+        if line_no == 1 and line.lstrip().startswith(b"["):
+            raise InputError(f"--source {origin!r}: a JSON array, not JSON Lines (one object "
+                             "a line)") from None
+        raise InputError(
+            f"--source {origin!r}: invalid JSON on line {line_no}: {first_line(e)}"
+        ) from None
+    if not isinstance(record, dict):
+        raise InputError(f"--source {origin!r}: line {line_no} is a JSON "
+                         f"{_json_type(record)}, not an object (JSON Lines: one object a line)")
+    if text_field not in record:
+        missing.count += 1
+        missing.first = missing.first or line_no
+        return
+    value = record[text_field]
+    if value is not None and not isinstance(value, str):
+        raise InputError(f"--source {origin!r}: line {line_no}: field {text_field!r} is a JSON "
+                         f"{_json_type(value)}, not a string")
+    yield value
+
+
+def _json_type(value: object) -> str:
+    if isinstance(value, bool):
+        return "boolean"
+    return {dict: "object", list: "array", str: "string", int: "number", float: "number"}.get(
+        type(value), type(value).__name__)
+
+
+def parquet_texts(origin: str, path: Path, text_field: str) -> Iterator[str | None]:
+    """The column `text_field` of a Parquet file, row group by row group (None where null);
+    refuses a file without that column (naming the columns it has) or with a column that is
+    not a string."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        # Reads of 1 MiB, a column chunk when it is needed (not the row group's all at once)
+        pf = pq.ParquetFile(path, buffer_size=1 << 20, pre_buffer=False)
+    except (pa.ArrowException, OSError) as e:
+        raise InputError(
+            f"--source {origin!r}: not a readable Parquet file: {first_line(e)}"
+        ) from None
+    schema = pf.schema_arrow
+    if text_field not in schema.names:
+        raise InputError(f"--source {origin!r}: no column {text_field!r} (its columns: "
+                         f"{', '.join(schema.names) or 'none'}); choose one with --text_field")
+    kind = schema.field(text_field).type
+    if not (pa.types.is_string(kind) or pa.types.is_large_string(kind)
+            or getattr(pa.types, "is_string_view", lambda t: False)(kind)):
+        raise InputError(f"--source {origin!r}: column {text_field!r} is {kind}, not a string")
+    try:
+        for group in range(pf.num_row_groups):
+            for batch in pf.iter_batches(ROWS, row_groups=[group], columns=[text_field]):
+                # NumPy's object array of str: 1.5x to_pylist's speed (no Arrow scalars)
+                yield from batch.column(0).to_numpy(zero_copy_only=False).tolist()
+    except (pa.ArrowException, OSError) as e:
+        raise InputError(f"--source {origin!r}: corrupt Parquet data: {first_line(e)}") from None
+
+
+def clean_record(text: str) -> tuple[str, dict[str, int]]:
+    """A record's text cleaned as a document is (BOM, line breaks, Gutenberg's wrapper), or ""
+    where nothing is left. Most records hold none of these: they are kept as they are, at the
+    cost of three searches."""
+    if "\r" not in text and "***" not in text and not text.startswith("\ufeff"):
+        return text, {}
+    try:
+        return clean(text, nul_ok=True)
+    except InputError:  # no text left after cleaning
+        return "", {}
+
+
+def write_documents(
+    origin: str, texts: Iterable[str | None], write: Callable[[bytes], object], sep: bytes,
+    max_bytes: int, progress: Callable[[int], None] = lambda n: None,
+) -> Records:
+    """Clean each record's text and write it as a document, `sep` before the first one and a
+    blank line between them; skip (and count) null and empty records. More than `max_bytes` of
+    text is refused. Documents are handed to `write` about WRITE_BYTES at a time."""
+    out, pending, held = Records(), [], 0
+    for text in texts:
+        if not text or text.isspace():
+            out.skip("null" if text is None else "empty")
+            continue
+        kept, removed = clean_record(text)
+        if not kept or kept.isspace():
+            out.skip("empty")
+            continue
+        for k, v in removed.items():
+            out.removed[k] = out.removed.get(k, 0) + v
+        data = kept.encode("utf-8")
+        pending += (sep if not out.documents else b"\n\n", data)
+        out.documents += 1
+        out.kept_bytes += len(data)
+        held += len(data)
+        if out.kept_bytes > max_bytes:
+            raise InputError(
+                f"--source {origin!r}: more than --max_bytes {max_bytes} bytes of text"
+            )
+        if held >= WRITE_BYTES:
+            write(b"".join(pending))
+            progress(held)
+            pending, held = [], 0
+    if pending:
+        write(b"".join(pending))
+        progress(held)
+    return out
