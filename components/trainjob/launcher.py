@@ -234,11 +234,14 @@ def launch(
         api = client.CustomObjectsApi()
     start = time.monotonic()
     obj = _create(api, spec, namespace, run_id, say)
+    # The grace counts from the creation, not from the request: a create the API server's
+    # admission (CEL rules, webhooks) holds for seconds must not spend the TrainJob's grace.
+    created = time.monotonic()
     name = obj["metadata"]["name"]
     grace = spec.placement.start_timeout
     startup = _Startup(
         namespace, name, obj["metadata"]["uid"], pods, events or events_from_environment(),
-        grace, start + grace,
+        grace, created + grace,
     )
     job = _Created(api, namespace, name, pods, LogFollower(pods, namespace, name, say).start(), say)
     final = job.follow(obj, start, spec.placement.timeout, on_update, startup)

@@ -340,6 +340,41 @@ def test_a_trainjob_whose_jobset_runs_outlives_the_grace_before_its_pods_appear(
     assert outcome.elapsed_s > 2 and ctl.error is None
 
 
+class SlowAdmission:
+    """The API server behind admission that holds each create `seconds` (webhooks, CEL rules
+    compiled on a TrainJob CRD's first use: 2 s on a loaded test server)."""
+
+    def __init__(self, api, seconds: float):
+        self.api, self.seconds = api, seconds
+
+    def create_namespaced_custom_object(self, *args, **kwargs):
+        time.sleep(self.seconds)
+        return self.api.create_namespaced_custom_object(*args, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self.api, name)
+
+
+@pytest.mark.apiserver
+def test_the_start_grace_counts_from_the_creation_not_the_request(custom_api):
+    """A create admitted 1.5 s after it was sent, whose JobSet starts at once: started within its
+    grace of 1 s (counted from the request, the grace was spent before the TrainJob existed)."""
+    ns = namespace()
+    ctl = Controller(custom_api, ns, condition("Complete", "JobsCompleted", "done"), delay=1)
+    jobs = {"name": "node", "active": 1, "ready": 0, "succeeded": 0, "failed": 0, "suspended": 0}
+
+    def running(obj):
+        if not (obj.get("status") or {}).get("jobsStatus"):
+            custom_api.patch_namespaced_custom_object_status(
+                GROUP, VERSION, ns, PLURAL, obj["metadata"]["name"],
+                {"status": {"jobsStatus": [jobs]}})  # fmt: skip
+
+    outcome = launcher.launch(within(30, start_timeout=1), ns, "demo",
+                              api=SlowAdmission(custom_api, 1.5), pods=NoPods(),
+                              events=NoEvents(), on_update=running, say=lambda _: None)  # fmt: skip
+    assert outcome.elapsed_s > 2.5 and ctl.error is None
+
+
 class Listed:
     """A `PodLogs` listing the given pods."""
 
