@@ -16,6 +16,7 @@ def load_corpus(
     run: str = "",
     kfp_run_id: str = "",
     source: str = "default",
+    init_from: str = "",
     tokenizer: str = "gpt2",
     compact: bool = True,
     max_vocab: int = 8192,
