@@ -124,6 +124,16 @@ def load_export(src: Path, device: str = "cpu") -> tuple[GPT, Tokenizer]:
     return model.to(device).eval(), tokenizer
 
 
+def finetuned_from(src: Path) -> str:
+    """What the export's model was fine-tuned from (config.json's `finetuned_from`, which
+    `save_export` writes for a run with --init_from); "" for one trained from scratch."""
+    try:
+        value = json.loads((src / CONFIG).read_text()).get("finetuned_from", "")
+    except (OSError, ValueError, AttributeError):
+        return ""
+    return value if isinstance(value, str) else ""
+
+
 def load_unpadded(model: GPT, weights: dict[str, torch.Tensor]) -> None:
     """Load `weights` whose embedding (the output head too) has exactly vocab_size rows, as an
     export's or nanoGPT's has, into `model`, which has every other tensor by the same name; the
