@@ -84,7 +84,7 @@ def test_a_storage_secret_reaches_the_container_by_reference_only():
     assert all(set(e) == {"name", "valueFrom"} for e in env[1:]), "no value of the Secret's"
     assert set(refs) == {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN",
                          "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_REGION",
-                         "AWS_DEFAULT_REGION"}  # fmt: skip
+                         "AWS_DEFAULT_REGION", "HF_TOKEN"}  # fmt: skip
     for name, ref in refs.items():
         assert ref["name"] == "gpt-s3" and ref["key"] == name
         # the keys are required (a missing Secret stops the pod, saying so); the rest optional
