@@ -407,14 +407,16 @@ class CorpusConfig(InitFromConfig, ContextConfig, RunConfig):
     objects in key order), or 'default' (or empty) for the embedded Comedy of Errors, which
     needs no network."""
     tokenizer: Literal["gpt2", "char"] = "gpt2"
-    """gpt2: GPT-2 BPE (tiktoken, offline); char: one token per character of the corpus."""
+    """gpt2: GPT-2 BPE (tiktoken, offline); char: one token per character of the corpus. With
+    --init_from, the kind of that model's tokenizer, which is used instead."""
     compact: bool = True
     """gpt2 only: keep just the BPE tokens the corpus uses plus the 256 single bytes, so a small
     corpus gets a small embedding table (a prompt's unseen tokens are spelt with the kept ones)."""
     max_vocab: int = 8192
     """gpt2 with --compact: keep at most this many ids (the 256 bytes, end-of-text and the most
     frequent BPE tokens, counted on a 16 MB sample of a text over 64 MB); rarer tokens are spelt
-    with the kept ones. 0: no limit (every token the corpus uses, counted exactly)."""
+    with the kept ones. 0: no limit (every token the corpus uses, counted exactly), which
+    --init_from always takes (the text as the pretrained model's tokenizer splits it)."""
     val_fraction: float = 0.1
     """Fraction of the cleaned text, taken from its end, held out for validation."""
     overwrite: bool = False

@@ -11,7 +11,8 @@ average it began with, as an uninterrupted run would have. `resolve_unset` appli
 `Trainer` builds what it returns.
 
 The other flags that may be left unset are decided afresh at every start, resumed or not, where
-they are used: --warmup_iters by `TrainConfig` (gpt/config/configs.py, from --max_iters),
+they are used: --learning_rate, --min_lr and --warmup_iters by `TrainConfig`
+(gpt/config/configs.py, from --init_from and --max_iters),
 --compile and --dtype auto by gpt/training/compute.py, --chunked_loss by `GPT.forward`
 (gpt/models/model.py), --device auto by gpt/distributed/world.py (all four from the device).
 """

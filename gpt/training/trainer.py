@@ -133,17 +133,24 @@ class Start:
            say: Callable[[str], None]) -> Start:
         """Fetch --init_from (rank 0 first, the others then find it cached), refuse data of
         another vocabulary before any weights load, then read them."""
-        fetched = None
-        if world.is_main:
-            fetched = fetch(cfg.init_from, cfg.root, MODEL_FILES, say)
-        world.barrier()
-        if not world.is_main:  # from the cache rank 0 filled: no download, no Hub request
-            fetched = fetch(cfg.init_from, cfg.root, MODEL_FILES, say=lambda _: None,
-                            offline=True)
         if not data.meta.init_from:
             raise InputError(f"{rundir.meta_json}: the data was not tokenized for a "
                              f"pretrained model; run load-corpus with --init_from "
                              f"{cfg.init_from} (and --overwrite true)")
+        fetched, failed = None, None
+        if world.is_main:
+            try:
+                fetched = fetch(cfg.init_from, cfg.root, MODEL_FILES, say)
+            except InputError as e:
+                failed = e
+        # Every rank learns whether rank 0 has the files (the others would otherwise wait
+        # for it in the next collective forever); rank 0's own line says why not.
+        if world.agree([failed is not None])[0]:
+            raise failed or InputError(f"--init_from {cfg.init_from!r}: rank 0 could not "
+                                       "fetch it (its log says why)")
+        if not world.is_main:  # from the cache rank 0 filled: no download, no Hub request
+            fetched = fetch(cfg.init_from, cfg.root, MODEL_FILES, say=lambda _: None,
+                            offline=True)
         rows = pretrained.row_map(data.tokenizer, pretrained_tokenizer(fetched.path),
                                   str(rundir.tokenizer_json))
         model = pretrained.read(fetched.path)

@@ -189,3 +189,16 @@ def test_a_sigkilled_fine_tuning_resumes_bit_exactly_without_the_pretrained_mode
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
     assert json.loads((tmp_path / "killed" / "metrics" / "init_from.json").read_text()) == \
         json.loads((tmp_path / "straight" / "metrics" / "init_from.json").read_text())
+
+
+def test_a_model_that_cannot_fit_the_device_is_refused_with_the_estimate(gpt2_root, offline,
+                                                                          monkeypatch, capsys):
+    from gpt.training import trainer
+
+    corpus(gpt2_root, "a", "--init_from", "gpt2")
+    monkeypatch.setattr(trainer, "device_memory", lambda device: 1 << 20)  # a 1 MiB device
+    capsys.readouterr()
+    assert finetune(gpt2_root, "a", "--max_iters", "1", "--resume", "never") == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "need about" in err[0] and "GiB to train" in err[0]
+    assert "cpu has 0.0 GiB" in err[0]
