@@ -165,7 +165,11 @@ class DataMeta(CorpusInputs):
     val_bytes: int
 
     def write(self, path: Path) -> None:
-        atomic.write_json(path, dataclasses.asdict(self), what="the data's description")
+        # An added input at what its absence meant is left out: data made without it keeps the
+        # bytes it always had.
+        fields = {k: v for k, v in dataclasses.asdict(self).items()
+                  if k not in ADDED_INPUTS or v != ADDED_INPUTS[k]}  # fmt: skip
+        atomic.write_json(path, fields, what="the data's description")
 
     @classmethod
     def read(cls, path: Path) -> DataMeta:
