@@ -33,7 +33,7 @@ from typing import Any
 from bench.harness import Result
 
 PLAYS = Path(__file__).resolve().parents[2] / "shared" / "data" / "shakespeare_plays.txt"
-EVAL_INTERVAL = 25
+EVAL_INTERVAL = 25  # 10 with --quick
 GOAL = 0.25
 
 
@@ -60,9 +60,9 @@ def reached(points: list[tuple[int, float, float]], target: float) -> tuple[int,
 
 
 def run(quick: bool = False, plays: Path = PLAYS) -> Result:
-    iters = 100 if quick else 600
+    iters, interval = (100, 10) if quick else (600, EVAL_INTERVAL)
     result = Result("finetune", {"pretrain_corpus": str(plays), "max_iters": iters,
-                                 "eval_interval": EVAL_INTERVAL, "goal": GOAL},
+                                 "eval_interval": interval, "goal": GOAL},
                     ["case", "iterations", "train_s", "final_val_bpb", "reaches_scratch_at",
                      "time_ratio", "iteration_ratio"])  # fmt: skip
     if not plays.exists():
@@ -70,7 +70,7 @@ def run(quick: bool = False, plays: Path = PLAYS) -> Result:
         return result
     with tempfile.TemporaryDirectory(prefix="bench-finetune-") as tmp:
         root = Path(tmp)
-        common = ["--root", str(root), "--eval_interval", str(EVAL_INTERVAL), "--max_iters",
+        common = ["--root", str(root), "--eval_interval", str(interval), "--max_iters",
                   str(iters)]  # fmt: skip
         t0 = time.perf_counter()
         gpt("load-corpus", "--root", str(root), "--run", "plays", "--source", str(plays))
