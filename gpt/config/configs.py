@@ -252,8 +252,9 @@ EMA_MIN_ITERS = 600  # three averaging horizons, 3 / (1 - DEFAULT_EMA_DECAY)
 
 # The fine-tuning recipe: what unset flags become with --init_from (docs/stages.md says why).
 # A pretrained model is already near a good minimum: nanoGPT fine-tunes GPT-2 XL at 3e-5,
-# constant. 1e-4 sits between that and training from scratch's 1e-3, chosen, not tuned: on a
-# small model pretrained briefly here, 1e-3 did better (docs/performance.md, bench/finetune.py).
+# constant. 1e-4 sits between that and training from scratch's 1e-3, chosen, not tuned: on the
+# small default model neither beat training from scratch at 600 iterations (docs/performance.md,
+# bench/finetune.py).
 # Constant (min_lr = learning_rate), no warmup (the weights are not random: no early
 # instability to wait out), dropout 0.1 (GPT-2's own, against learning a small text by heart).
 FINETUNE_LR = 1e-4
