@@ -25,6 +25,7 @@ BENCHMARKS = {
     "precision": "bench.precision",
     "step_memory": "bench.step_memory",
     "stop_checkpoint": "bench.stop_checkpoint",
+    "finetune": "bench.finetune",
 }
 
 

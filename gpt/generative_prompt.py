@@ -14,7 +14,7 @@ import torch
 from gpt.config.configs import PromptConfig
 from gpt.errors import InputError
 from gpt.generation.repl import GOODBYE, PROMPT, Chat, interact
-from gpt.models.export import load_export
+from gpt.models.export import finetuned_from, load_export
 
 
 def resolve_device(device: str) -> str:
@@ -35,9 +35,11 @@ def main(cfg: PromptConfig) -> None:
             f"only {model.config.vocab_size}; re-export it with `python -m gpt train-gpt`"
         )
     chat = Chat(model, tokenizer, cfg.sampling, cfg.seed, rundir.transcript_jsonl, sys.stdout)
+    tuned = finetuned_from(rundir.model_dir)
     print(
         f"generative-prompt: model from {rundir.model_dir} ({model.describe()}; "
-        f"{tokenizer.name} tokenizer) on {device}; transcript: {rundir.transcript_jsonl}",
+        f"{tokenizer.name} tokenizer{f'; fine-tuned from {tuned}' if tuned else ''}) on "
+        f"{device}; transcript: {rundir.transcript_jsonl}",
         file=sys.stderr,
     )
     if cfg.prompt:

@@ -20,11 +20,12 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from gpt.config.configs import CorpusConfig
+from gpt.data import model_source
 from gpt.data.formats import Format, format_or_text
 from gpt.data.progress import Progress
 from gpt.data.sources import Document, Download, canonical, corpus_files, kind_of, read_source
-from gpt.data.tokenfiles import TokenFiles, tokenize_file
-from gpt.data.tokenizer import GPT2Tokenizer, Tokenizer
+from gpt.data.tokenfiles import TokenFiles, tokenize_file, tokenize_with
+from gpt.data.tokenizer import GPT2Tokenizer, Tokenizer, pretrained_tokenizer
 from gpt.errors import InputError
 from gpt.rundir.atomic import scratch_dir, staged_dir, write_json
 from gpt.rundir.layout import CorpusInputs, DataMeta, RunDir, dtype_for, read_json_object
@@ -109,10 +110,11 @@ def inputs_of(cfg: CorpusConfig, text: TextFile) -> CorpusInputs:
         source=canonical(cfg.source),
         tokenizer=cfg.tokenizer,
         compact=compacted,
-        max_vocab=cfg.max_vocab if compacted else 0,
+        max_vocab=cfg.max_vocab if compacted and not cfg.init_from else 0,
         val_fraction=cfg.val_fraction,
         block_size=cfg.block_size,
         corpus_sha256=text.sha256.hexdigest(),
+        init_from=model_source.parse(cfg.init_from).canonical if cfg.init_from else "",
     )
 
 
@@ -120,10 +122,17 @@ def tokenize(cfg: CorpusConfig, text_path: Path, text: TextFile, scratch: Path) 
     """The token files of the cleaned text at `text_path`, written into `scratch`, long enough
     for --block_size in both splits."""
     tokenizing = Progress("tokenized", text.nbytes)
-    out = tokenize_file(
-        cfg.tokenizer, text_path, cut_at(text.chars, cfg.val_fraction), cfg.compact,
-        cfg.max_vocab, scratch, tokenizing.update,
-    )
+    cut = cut_at(text.chars, cfg.val_fraction)
+    theirs = init_from_tokenizer(cfg)
+    if isinstance(theirs, GPT2Tokenizer) and theirs.kept is None:
+        # GPT-2's whole vocabulary: its tokens as GPT-2 splits the text, --compact keeping the
+        # rows of those the text uses (never --max_vocab's byte fallback of rare ones).
+        out = tokenize_file("gpt2", text_path, cut, cfg.compact, 0, scratch, tokenizing.update)
+    elif theirs is not None:  # an earlier run's vocabulary, as it is
+        out = tokenize_with(theirs, text_path, cut, scratch, tokenizing.update)
+    else:
+        out = tokenize_file(cfg.tokenizer, text_path, cut, cfg.compact, cfg.max_vocab, scratch,
+                            tokenizing.update)  # fmt: skip
     tokenizing.done()
     check_length(cfg, out)
     print(f"corpus: tokenizer {describe(out.tokenizer)}")
@@ -131,6 +140,23 @@ def tokenize(cfg: CorpusConfig, text_path: Path, text: TextFile, scratch: Path) 
         print(f"corpus: its tokens counted on {out.sample_bytes:,} bytes of the text, "
               "in slices spread evenly over it")
     return out
+
+
+def init_from_tokenizer(cfg: CorpusConfig) -> Tokenizer | None:
+    """--init_from's tokenizer (None without one). GPT-2's four sizes share the BPE this
+    project ships, so they need no download; anything else has its tokenizer files fetched
+    (gpt/data/model_source.py). --tokenizer must name its kind."""
+    if not cfg.init_from:
+        return None
+    if cfg.init_from in model_source.GPT2_REPOS:
+        tok: Tokenizer = GPT2Tokenizer()
+    else:
+        fetched = model_source.fetch(cfg.init_from, cfg.root, model_source.TOKENIZER_FILES)
+        tok = pretrained_tokenizer(fetched.path)
+    if tok.name != cfg.tokenizer:
+        raise InputError(f"--tokenizer {cfg.tokenizer}: contradicts --init_from "
+                         f"{cfg.init_from!r}, whose tokenizer is {tok.name}")
+    return tok
 
 
 def meta_of(inputs: CorpusInputs, out: TokenFiles) -> DataMeta:

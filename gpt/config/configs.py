@@ -15,6 +15,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from gpt.data.model_source import parse as parse_init_from
 from gpt.data.objectstore import check_uri
 from gpt.data.sources import DEFAULT_SOURCE, MAX_BYTES
 from gpt.rundir.layout import RunDir, check_run_id
@@ -65,6 +66,24 @@ class ContextConfig:
 
 
 @dataclass
+class InitFromConfig:
+    """Where the model starts (train-gpt's weights, load-corpus's tokenizer: one name, one
+    default, for both stages)."""
+
+    init_from: str = ""
+    """Start from a trained model instead of random weights: gpt2, gpt2-medium, gpt2-large or
+    gpt2-xl (the Hub's openai-community/gpt2*), hf://ORG/NAME[@REVISION], a local model folder
+    (an earlier run's model/, any GPT-2 or GPT-NeoX folder this project's export could write),
+    or an s3:// or gs:// prefix holding one. load-corpus then tokenizes with its tokenizer and
+    train-gpt takes its shape and weights (read once, at iteration 0; Hub downloads cached in
+    <root>/.cache/huggingface). Empty: from scratch."""
+
+    def __post_init__(self) -> None:
+        if self.init_from:
+            parse_init_from(self.init_from)
+
+
+@dataclass
 class SeedConfig:
     """The seed of a stage's randomness (train-gpt's and generative-prompt's)."""
 
@@ -74,57 +93,64 @@ class SeedConfig:
     the next number, so any transcript line can be reproduced with --seed and --prompt)."""
 
 
+# The model's shape when its flags are left unset and nothing else decides it (no --init_from,
+# a new run): nanoGPT's CPU "baby GPT" with this project's recipe choices (bench/recipe_trials.md).
+DEFAULT_SHAPE: dict[str, Any] = dict(n_layer=4, n_head=4, n_embd=128, bias=False,
+                                     position="rope", activation="relu2")  # fmt: skip
+POSITIONS = ("rope", "learned")
+ACTIVATIONS = ("relu2", "gelu", "gelu_new")
+
+
 @dataclass
 class ModelConfig(ContextConfig):
     """The model's shape, as a person chooses it: train-gpt's model flags. `GPTConfig`
-    adds the vocabulary size, which comes from the data. The defaults are the training recipe's
-    (bench/recipe_trials.md): nanoGPT's CPU "baby GPT" shape with dropout for a small corpus."""
+    adds the vocabulary size, which comes from the data. Left unset, a shape flag is
+    DEFAULT_SHAPE's (the training recipe's, bench/recipe_trials.md: nanoGPT's CPU "baby GPT"
+    shape with dropout for a small corpus), or, with --init_from, the pretrained model's; a
+    resumed run keeps what it started with (gpt/training/resume_rule.py)."""
 
-    n_layer: int = 4
-    """Number of transformer blocks."""
-    n_head: int = 4
+    n_layer: int | None = None
+    """Number of transformer blocks (unset: 4, or --init_from's)."""
+    n_head: int | None = None
     """Attention heads per block; must divide n_embd (into an even head size with --position
-    rope, which turns pairs of dimensions)."""
-    n_embd: int = 128
-    """Width of the residual stream (embedding dimension)."""
+    rope, which turns pairs of dimensions). Unset: 4, or --init_from's."""
+    n_embd: int | None = None
+    """Width of the residual stream (embedding dimension). Unset: 128, or --init_from's."""
     dropout: float | None = None
     """Dropout probability while training, in [0, 1). Unset: DROPOUT_REPEATED when the run
     trains on more tokens than its training split holds (max_iters x batch_size x block_size:
     it sees the text again, and dropout holds off learning it by heart; the default corpus
     18 times), else 0 (dropout only slows a model that never sees a token twice: the plays,
-    a third of a pass, reach nanoGPT's quality 10% sooner without it)."""
-    bias: bool = False
-    """Bias terms in linear layers and LayerNorms (GPT-2 has them; without is a little faster)."""
-    position: Literal["rope", "learned"] = "rope"
+    a third of a pass, reach nanoGPT's quality 10% sooner without it); with --init_from,
+    FINETUNE_DROPOUT."""
+    bias: bool | None = None
+    """Bias terms in linear layers and LayerNorms (GPT-2 has them; without is a little faster).
+    Unset: false, or --init_from's (whether its bias tensors hold anything)."""
+    position: Literal["rope", "learned"] | None = None
     """How attention knows token order: rope (rotary embeddings: relative, no parameters) or
-    learned (GPT-2's table of absolute positions). rope learned more per iteration here."""
-    activation: Literal["relu2", "gelu"] = "relu2"
-    """The MLP's nonlinearity: relu2 (squared ReLU, as in Primer) or gelu (GPT-2's). relu2
-    learned more per iteration here at the same cost."""
+    learned (GPT-2's table of absolute positions). rope learned more per iteration here.
+    Unset: rope, or --init_from's."""
+    activation: Literal["relu2", "gelu", "gelu_new"] | None = None
+    """The MLP's nonlinearity: relu2 (squared ReLU, as in Primer), gelu (the exact GELU) or
+    gelu_new (GPT-2's tanh approximation of it, which its released weights were trained with).
+    relu2 learned more per iteration here at the same cost. Unset: relu2, or --init_from's."""
     spelling: int | None = None
     """Spell the token embedding in byte n-grams up to this long while training: each token's
     row is a free vector plus the mean of vectors its bytes and byte pairs share with other
     tokens (gpt/models/spelling.py), so rare and unseen tokens start from their spelling. 0: a plain
-    table (GPT-2's). Unset: DEFAULT_SPELLING for a new run, and a resumed run keeps what it
-    started with. The export is a plain table either way (the sum written out)."""
+    table (GPT-2's). Unset: DEFAULT_SPELLING for a new run (0 with --init_from: the pretrained
+    table is plain), and a resumed run keeps what it started with. The export is a plain table
+    either way (the sum written out)."""
 
     def __post_init__(self) -> None:
         ContextConfig.__post_init__(self)
         for name in ("n_layer", "n_head", "n_embd"):
-            check_positive_int(name, getattr(self, name))
-        if self.n_embd % self.n_head:
-            raise ValueError(
-                f"--n_embd {self.n_embd}: must be divisible by --n_head {self.n_head}"
-            )
-        if self.position not in ("rope", "learned"):
+            if getattr(self, name) is not None:
+                check_positive_int(name, getattr(self, name))
+        if self.position is not None and self.position not in POSITIONS:
             raise ValueError(f"--position {self.position!r}: expected rope or learned")
-        if self.activation not in ("relu2", "gelu"):
-            raise ValueError(f"--activation {self.activation!r}: expected relu2 or gelu")
-        if self.position == "rope" and (self.n_embd // self.n_head) % 2:
-            raise ValueError(
-                f"--n_embd {self.n_embd} / --n_head {self.n_head}: the head size must be even "
-                "(rotary position embeddings turn pairs of dimensions)"
-            )
+        if self.activation is not None and self.activation not in ACTIVATIONS:
+            raise ValueError(f"--activation {self.activation!r}: expected relu2, gelu or gelu_new")
         if self.dropout is not None and not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"--dropout {self.dropout!r}: must be in [0, 1) (unset: automatic)")
         if self.spelling is not None and (
@@ -133,6 +159,22 @@ class ModelConfig(ContextConfig):
         ):
             raise ValueError(f"--spelling {self.spelling!r}: must be an integer from 0 (a plain "
                              f"embedding table) to {MAX_SPELLING} (unset: automatic)")
+
+    def shape_with(self, unset: dict[str, Any]) -> dict[str, Any]:
+        """The shape flags (DEFAULT_SHAPE's names), each unset one taken from `unset`."""
+        return {k: unset[k] if getattr(self, k) is None else getattr(self, k)
+                for k in DEFAULT_SHAPE}  # fmt: skip
+
+
+def check_heads(n_embd: int, n_head: int, position: str) -> None:
+    """Refuse a width the heads do not divide (into an even head size for rotary positions)."""
+    if n_embd % n_head:
+        raise ValueError(f"--n_embd {n_embd}: must be divisible by --n_head {n_head}")
+    if position == "rope" and (n_embd // n_head) % 2:
+        raise ValueError(
+            f"--n_embd {n_embd} / --n_head {n_head}: the head size must be even "
+            "(rotary position embeddings turn pairs of dimensions)"
+        )
 
 
 def check_positive_int(name: str, value: Any) -> None:
@@ -187,7 +229,10 @@ class GPTConfig(ModelConfig):
             self.dropout = 0.0
         if self.spelling is None:  # so is its embedding spelled or not
             self.spelling = 0
+        for name, value in self.shape_with(DEFAULT_SHAPE).items():  # and a whole shape
+            setattr(self, name, value)
         super().__post_init__()
+        check_heads(self.n_embd, self.n_head, self.position)
         check_positive_int("vocab_size", self.vocab_size)
 
 
@@ -205,8 +250,22 @@ EMA_MIN_PASSES = 4
 EMA_MIN_ITERS = 600  # three averaging horizons, 3 / (1 - DEFAULT_EMA_DECAY)
 
 
+# The fine-tuning recipe: what unset flags become with --init_from (docs/stages.md says why).
+# A pretrained model is already near a good minimum: nanoGPT fine-tunes GPT-2 XL at 3e-5,
+# constant. 1e-4 sits between that and training from scratch's 1e-3, chosen, not tuned: on the
+# small default model neither beat training from scratch at 600 iterations (docs/performance.md,
+# bench/finetune.py).
+# Constant (min_lr = learning_rate), no warmup (the weights are not random: no early
+# instability to wait out), dropout 0.1 (GPT-2's own, against learning a small text by heart).
+FINETUNE_LR = 1e-4
+FINETUNE_WARMUP_ITERS = 0
+FINETUNE_DROPOUT = 0.1
+LEARNING_RATE = 1e-3  # from scratch
+MIN_LR = 1e-4
+
+
 @dataclass
-class TrainConfig(SeedConfig, ModelConfig, RunConfig):
+class TrainConfig(InitFromConfig, SeedConfig, ModelConfig, RunConfig):
     """train-gpt's flags: the run directory, the model (ModelConfig), and these."""
 
     # batch
@@ -227,13 +286,16 @@ class TrainConfig(SeedConfig, ModelConfig, RunConfig):
     iterations), so the weights equal those of an unbudgeted run at that iteration; but which
     one that is depends on the machine, so a budgeted run is not reproducible, and the default
     sets none."""
-    learning_rate: float = 1e-3
-    """Peak learning rate, reached after warmup_iters."""
-    min_lr: float = 1e-4
-    """Learning rate at the end of the cosine decay."""
+    learning_rate: float | None = None
+    """Peak learning rate, reached after warmup_iters (unset: 1e-3; with --init_from
+    FINETUNE_LR, 1e-4)."""
+    min_lr: float | None = None
+    """Learning rate at the end of the cosine decay (unset: 1e-4; with --init_from the
+    learning rate itself, a constant rate, as nanoGPT fine-tunes)."""
     warmup_iters: int | None = None
     """Iterations of linear learning-rate warmup from 0, fewer than max_iters (unset: 30, or a
-    quarter of max_iters when that is fewer, so a short smoke test needs no other flag)."""
+    quarter of max_iters when that is fewer, so a short smoke test needs no other flag; with
+    --init_from 0)."""
     weight_decay: float = 0.1
     """AdamW weight decay, applied to 2-D weights only (not to biases and LayerNorm gains)."""
     beta2: float = 0.99
@@ -289,6 +351,11 @@ class TrainConfig(SeedConfig, ModelConfig, RunConfig):
     def __post_init__(self) -> None:
         RunConfig.__post_init__(self)
         ModelConfig.__post_init__(self)
+        InitFromConfig.__post_init__(self)
+        if not self.init_from:  # else the pretrained model's shape fills the unset flags
+            shape = self.shape_with(DEFAULT_SHAPE)
+            check_heads(shape["n_embd"], shape["n_head"], shape["position"])
+        self._finetuning_or_default()
         positive = ("batch_size", "grad_accum", "max_iters", "eval_interval", "eval_iters",
                     "log_interval", "ckpt_interval", "keep_last")
         for name in positive:
@@ -296,8 +363,6 @@ class TrainConfig(SeedConfig, ModelConfig, RunConfig):
         if self.batch_size % self.grad_accum:
             raise ValueError(f"--batch_size {self.batch_size}: must be divisible by "
                              f"--grad_accum {self.grad_accum}")
-        if self.warmup_iters is None:
-            self.warmup_iters = min(DEFAULT_WARMUP_ITERS, self.max_iters // 4)
         if not isinstance(self.warmup_iters, int) or not 0 <= self.warmup_iters < self.max_iters:
             raise ValueError(
                 f"--warmup_iters {self.warmup_iters}: must be in [0, --max_iters {self.max_iters})"
@@ -321,9 +386,21 @@ class TrainConfig(SeedConfig, ModelConfig, RunConfig):
         if self.export_uri:
             check_uri(self.export_uri, "--export_uri")
 
+    def _finetuning_or_default(self) -> None:
+        """The schedule's unset flags: the fine-tuning recipe with --init_from, else training
+        from scratch's. (Dropout, which a resumed run keeps, is gpt/training/resume_rule.py's.)"""
+        tuning = bool(self.init_from)
+        if self.learning_rate is None:
+            self.learning_rate = FINETUNE_LR if tuning else LEARNING_RATE
+        if self.min_lr is None:
+            self.min_lr = self.learning_rate if tuning else MIN_LR
+        if self.warmup_iters is None:
+            self.warmup_iters = (FINETUNE_WARMUP_ITERS if tuning
+                                 else min(DEFAULT_WARMUP_ITERS, self.max_iters // 4))  # fmt: skip
+
 
 @dataclass
-class CorpusConfig(ContextConfig, RunConfig):
+class CorpusConfig(InitFromConfig, ContextConfig, RunConfig):
     """load-corpus's flags: the run directory, the source, the tokenizer, and these."""
 
     source: str = DEFAULT_SOURCE
@@ -336,14 +413,16 @@ class CorpusConfig(ContextConfig, RunConfig):
     text_field: str = "text"
     """JSON Lines and Parquet sources: the field (column) holding each record's text."""
     tokenizer: Literal["gpt2", "char"] = "gpt2"
-    """gpt2: GPT-2 BPE (tiktoken, offline); char: one token per character of the corpus."""
+    """gpt2: GPT-2 BPE (tiktoken, offline); char: one token per character of the corpus. With
+    --init_from, the kind of that model's tokenizer, which is used instead."""
     compact: bool = True
     """gpt2 only: keep just the BPE tokens the corpus uses plus the 256 single bytes, so a small
     corpus gets a small embedding table (a prompt's unseen tokens are spelt with the kept ones)."""
     max_vocab: int = 8192
     """gpt2 with --compact: keep at most this many ids (the 256 bytes, end-of-text and the most
     frequent BPE tokens, counted on a 16 MB sample of a text over 64 MB); rarer tokens are spelt
-    with the kept ones. 0: no limit (every token the corpus uses, counted exactly)."""
+    with the kept ones. 0: no limit (every token the corpus uses, counted exactly), which
+    --init_from always takes (the text as the pretrained model's tokenizer splits it)."""
     val_fraction: float = 0.1
     """Fraction of the cleaned text, taken from its end, held out for validation."""
     overwrite: bool = False
@@ -366,6 +445,7 @@ class CorpusConfig(ContextConfig, RunConfig):
     def __post_init__(self) -> None:
         RunConfig.__post_init__(self)
         ContextConfig.__post_init__(self)
+        InitFromConfig.__post_init__(self)
         if not 0 < self.val_fraction < 1:
             raise ValueError(f"--val_fraction {self.val_fraction}: must be in (0, 1)")
         if self.max_vocab and self.max_vocab < 257:  # the 256 bytes and end-of-text

@@ -153,6 +153,17 @@ class Store:
             return [info]
         return self.call(lambda: self.fs.ls(self.path, detail=True))
 
+    def download_prefix(self, dest: Path, max_bytes: int = 1 << 40) -> list[str]:
+        """Copy the objects directly under the prefix (a model folder: not recursive) into the
+        folder `dest`, by their names; returns the names."""
+        entries = self.call(lambda: self.fs.ls(self.path, detail=True))
+        files = sorted(e["name"] for e in entries if e.get("type") == "file")
+        if not files:
+            raise self.fail("no objects directly under this prefix")
+        for name in files:
+            self.download(self.uri_of(name), dest / name.rsplit("/", 1)[-1], max_bytes)
+        return [name.rsplit("/", 1)[-1] for name in files]
+
     def download(self, uri: str, dest: Path, max_bytes: int) -> int:
         """Copy the object `uri` to the file `dest` a CHUNK at a time, refusing more than
         `max_bytes`; returns the bytes written (the object's size when the copy began)."""

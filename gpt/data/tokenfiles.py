@@ -35,6 +35,7 @@ import numpy as np
 import tiktoken
 
 from gpt.data.tokenizer import CharTokenizer, GPT2Tokenizer, Tokenizer, gpt2_encoding, piece_cuts
+from gpt.errors import InputError
 from gpt.rundir.layout import dtype_for
 
 CHUNK_CHARS = 1 << 20  # characters tokenized at a time (per core)
@@ -255,14 +256,32 @@ def _encoded(
     return _in_order(encode, parts)
 
 
-def _char(path: Path, cut: int, out: Path, progress: Callable[[int, int], None]) -> TokenFiles:
+def tokenize_with(tok: Tokenizer, path: Path, cut: int, out: Path,
+                  progress: Callable[[int, int], None] = lambda nbytes, ntokens: None,
+                  ) -> TokenFiles:  # fmt: skip
+    """`tokenize_file` with a given tokenizer's vocabulary as it is (a pretrained model's,
+    --init_from): GPT-2 BPE, compacted or not; characters, refusing one it lacks."""
+    if isinstance(tok, GPT2Tokenizer):
+        return _encode_into(tok, path, cut, out, progress)
+    return _char(path, cut, out, progress, tok)
+
+
+def _char(path: Path, cut: int, out: Path, progress: Callable[[int, int], None],
+          tok: CharTokenizer | None = None) -> TokenFiles:
     counts = np.zeros(0x110000, dtype=np.int64)
     for _, text in chunks(path, cut, safe=False):
         counts += np.bincount(_code_points(text), minlength=len(counts))
     present = np.flatnonzero(counts)
-    tok = CharTokenizer("".join(map(chr, present.tolist())))
+    if tok is None:
+        tok = CharTokenizer("".join(map(chr, present.tolist())))
+    have = np.array([ord(c) for c in tok.chars])
+    missing = np.setdiff1d(present, have)
+    if len(missing):
+        shown = "".join(map(chr, missing[:10].tolist()))
+        raise InputError(f"the text holds {len(missing)} character(s) the pretrained model's "
+                         f"vocabulary lacks, e.g. {shown!r}")
     lookup = np.zeros(len(counts), dtype=np.int64)
-    lookup[present] = np.arange(len(present))
+    lookup[have] = np.arange(len(have))
     dtype = dtype_for(tok.vocab_size)
     tokens, nbytes = [0, 0], [0, 0]
     with open(out / "train.bin", "wb") as train, open(out / "val.bin", "wb") as val:

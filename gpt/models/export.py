@@ -48,8 +48,9 @@ def export_weights(model: GPT) -> dict[str, torch.Tensor]:
     return {name: t.detach().cpu().contiguous() for name, t in weights.items()}
 
 
-def save_export(model: GPT, tokenizer: Tokenizer, dest: Path) -> None:
-    """Write `dest/` as a Hugging Face model directory, atomically."""
+def save_export(model: GPT, tokenizer: Tokenizer, dest: Path, finetuned_from: str = "") -> None:
+    """Write `dest/` as a Hugging Face model directory, atomically; `finetuned_from` (what
+    --init_from started from) goes into its config.json as `finetuned_from`."""
     import transformers  # here, not at the top: its import costs a second that only this needs
 
     config = model.config
@@ -58,6 +59,8 @@ def save_export(model: GPT, tokenizer: Tokenizer, dest: Path) -> None:
     hf_config = config_class(**hf.hf_config(config, tokenizer.eot_id))
     hf_config.architectures = [arch]
     hf_config.dtype = "float32"
+    if finetuned_from:
+        hf_config.finetuned_from = finetuned_from  # config.json keeps unknown keys
     generation = transformers.GenerationConfig(
         bos_token_id=tokenizer.eot_id, eos_token_id=tokenizer.eot_id,
         pad_token_id=tokenizer.eot_id,  # a batch pads with end-of-text, which ends a reply anyway
@@ -94,7 +97,7 @@ def load_export(src: Path, device: str = "cpu") -> tuple[GPT, Tokenizer]:
             "nothing; data/ of a compacted GPT-2 vocabulary from then needs load-corpus again)"
         )
     try:
-        weights = safetensors.torch.load_file(str(src / WEIGHTS), device="cpu")
+        weights = hf.normalised(safetensors.torch.load_file(str(src / WEIGHTS), device="cpu"))
     except (safetensors.SafetensorError, RuntimeError, OSError) as e:
         raise InputError(
             f"{src / WEIGHTS}: not a valid safetensors model ({first_line(e)})"
@@ -119,6 +122,16 @@ def load_export(src: Path, device: str = "cpu") -> tuple[GPT, Tokenizer]:
         )
     load_unpadded(model, ours)
     return model.to(device).eval(), tokenizer
+
+
+def finetuned_from(src: Path) -> str:
+    """What the export's model was fine-tuned from (config.json's `finetuned_from`, which
+    `save_export` writes for a run with --init_from); "" for one trained from scratch."""
+    try:
+        value = json.loads((src / CONFIG).read_text()).get("finetuned_from", "")
+    except (OSError, ValueError, AttributeError):
+        return ""
+    return value if isinstance(value, str) else ""
 
 
 def load_unpadded(model: GPT, weights: dict[str, torch.Tensor]) -> None:

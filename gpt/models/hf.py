@@ -5,7 +5,8 @@ Every model `gpt/models/model.py` builds is one transformers loads with no custo
   in halves, as `apply_rotary` does), `use_parallel_residual` False (attention, then the MLP,
   each on its own LayerNorm, as our Block), the queries, keys and values regrouped per head;
 - learned positions: GPT-2, its `Conv1D` weights the transpose of our `nn.Linear`s.
-squared ReLU is transformers' `relu2`, GELU its exact `gelu`. Without `bias` the exported bias
+squared ReLU is transformers' `relu2`, GELU its exact `gelu`, GPT-2's tanh-approximated GELU its
+`gelu_new` (`gelu_pytorch_tanh`, the same function, reads as it). Without `bias` the exported bias
 tensors are zeros, which both architectures always have; the embedding, which is also the output
 head, is tied in both and written once, without our padding rows.
 
@@ -22,7 +23,12 @@ import torch
 from gpt.config.configs import GPTConfig
 
 # transformers' names for our activations (transformers.activations.ACT2FN).
-ACTIVATIONS = {"relu2": "relu2", "gelu": "gelu"}
+ACTIVATIONS = {"relu2": "relu2", "gelu": "gelu", "gelu_new": "gelu_new"}
+SAME_ACTIVATION = {"gelu_pytorch_tanh": "gelu_new"}  # other names transformers has for ours
+# GPT-2 saved by its base model (the Hub's openai-community/gpt2*) names tensors without the
+# `transformer.` prefix, and older checkpoints hold the attention mask buffers as tensors.
+GPT2_PREFIX = "transformer."
+GPT2_BUFFERS = (".attn.bias", ".attn.masked_bias")
 ROPE_THETA = 10000.0  # gpt/models/model.py Rotary's base
 LAYER_NORM_EPS = 1e-5  # nn.LayerNorm's default, which gpt/models/model.py keeps
 EMBEDDINGS = ("transformer.wte", "transformer.wpe")
@@ -92,13 +98,19 @@ def gpt_config(hf: dict[str, Any], bias: bool) -> GPTConfig:
         dropout, position = hf.get("hidden_dropout", 0.0), "rope"
     elif kind == "gpt2":
         _expect(hf, "n_inner", None)
+        _expect(hf, "scale_attn_weights", True)
+        _expect(hf, "scale_attn_by_inverse_layer_idx", False)
+        _expect(hf, "reorder_and_upcast_attn", False)
+        _expect(hf, "add_cross_attention", False)
         act, shape = hf.get("activation_function"), ("n_layer", "n_head", "n_embd", "n_positions")
         dropout, position = hf.get("resid_pdrop", 0.0), "learned"
     else:
         raise ValueError(f"model_type {kind!r}: expected gpt_neox or gpt2")
+    act = SAME_ACTIVATION.get(act, act)
     if act not in activation:
         raise ValueError(f"activation {act!r}: expected one of {sorted(activation)}")
     _expect(hf, "tie_word_embeddings", True)
+    _expect(hf, "layer_norm_epsilon" if kind == "gpt2" else "layer_norm_eps", LAYER_NORM_EPS)
     n_layer, n_head, n_embd, block_size = (hf.get(k) for k in shape)
     return GPTConfig(n_layer=n_layer, n_head=n_head, n_embd=n_embd, block_size=block_size,
                      dropout=dropout, bias=bias, position=position,
@@ -179,6 +191,19 @@ def from_hf(config: GPTConfig, tensors: dict[str, torch.Tensor]) -> dict[str, to
                 continue
             t = tensors[f"{theirs}.{kind}"]
             out[f"{ours}.{kind}"] = _convert(config, ours, kind, t, to_theirs=False)
+    return out
+
+
+def normalised(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """transformers' tensors as `from_hf` reads them, however they were saved: a GPT-2 base
+    model's names (no `transformer.` prefix) prefixed, and the attention-mask buffers some
+    GPT-2 checkpoints hold dropped (they are no weights: our attention is causal anyway)."""
+    gpt2_base = "wte.weight" in tensors and f"{GPT2_PREFIX}wte.weight" not in tensors
+    out = {}
+    for name, t in tensors.items():
+        if name.endswith(GPT2_BUFFERS):
+            continue
+        out[GPT2_PREFIX + name if gpt2_base and not name.startswith("lm_head") else name] = t
     return out
 
 

@@ -3,8 +3,9 @@
 Token embeddings, pre-LayerNorm transformer blocks (causal self-attention, then an MLP), a final
 LayerNorm and a language-model head that shares its weight with the token embedding. Positions
 are rotary by default, or GPT-2's learned table (`position`); the MLP uses a squared ReLU by
-default, or GPT-2's GELU (`activation`): the defaults learned more per CPU-second here
-(bench/recipe_trials.md), and GPT-2's choices remain so the nanoGPT reference runs unchanged.
+default, or a GELU (`activation`: exact, or GPT-2's tanh approximation `gelu_new`): the
+defaults learned more per CPU-second here (bench/recipe_trials.md), and GPT-2's choices remain
+so the nanoGPT reference runs unchanged and GPT-2's released weights load exactly.
 While it trains, the embedding can be spelled: each row the mean of vectors shared by the
 token's byte n-grams (gpt/models/spelling.py) plus, but for a token too rare in the training split,
 a free vector of its own; still one matrix, which inference and the export use as a plain table.
@@ -206,7 +207,8 @@ class ReLUSquared(torch.autograd.Function):
 
 
 class MLP(nn.Module):
-    """Two linear layers around a squared ReLU (So et al. 2021, "Primer") or GPT-2's GELU."""
+    """Two linear layers around a squared ReLU (So et al. 2021, "Primer"), the exact GELU, or
+    GPT-2's tanh-approximated GELU (`gelu_new`, transformers' name)."""
 
     def __init__(self, config: GPTConfig) -> None:
         super().__init__()
@@ -217,7 +219,10 @@ class MLP(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h = self.c_fc(x)  # (B, T, 4C)
-        h = ReLUSquared.apply(h) if self.activation == "relu2" else F.gelu(h)
+        if self.activation == "relu2":
+            h = ReLUSquared.apply(h)
+        else:  # GPT-2's released weights were trained with the tanh approximation (gelu_new)
+            h = F.gelu(h, approximate="tanh" if self.activation == "gelu_new" else "none")
         return self.dropout(self.c_proj(h))
 
 

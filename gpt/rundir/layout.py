@@ -96,6 +96,7 @@ class RunDir:
     train_jsonl = RunFile("metrics/train.jsonl")
     loss_png = RunFile("metrics/loss.png")
     report_md = RunFile("metrics/report.md")
+    init_from_json = RunFile("metrics/init_from.json")  # what a fine-tuned run started from
     # prompt/: the conversation with the trained model
     transcript_jsonl = RunFile("prompt/transcript.jsonl")
 
@@ -134,10 +135,18 @@ class CorpusInputs:
     val_fraction: float
     block_size: int
     corpus_sha256: str
+    init_from: str = dataclasses.field(default="", kw_only=True)
+    """The pretrained model whose tokenizer made the data (--init_from, canonical); "" for
+    none, as in every meta.json written before it was an input."""
 
     def changed(self, old: dict[str, Any]) -> list[str]:
         """The input names whose value in `old` (an earlier meta.json) differs from this one."""
-        return [k for k, v in dataclasses.asdict(self).items() if old.get(k) != v]
+        return [k for k, v in dataclasses.asdict(self).items()
+                if old.get(k, ADDED_INPUTS.get(k)) != v]  # fmt: skip
+
+
+# Inputs added to meta.json since it was first written, and what their absence meant.
+ADDED_INPUTS: dict[str, Any] = {"init_from": ""}
 
 
 @dataclass(frozen=True)
@@ -156,12 +165,16 @@ class DataMeta(CorpusInputs):
     val_bytes: int
 
     def write(self, path: Path) -> None:
-        atomic.write_json(path, dataclasses.asdict(self), what="the data's description")
+        # An added input at what its absence meant is left out: data made without it keeps the
+        # bytes it always had.
+        fields = {k: v for k, v in dataclasses.asdict(self).items()
+                  if k not in ADDED_INPUTS or v != ADDED_INPUTS[k]}  # fmt: skip
+        atomic.write_json(path, fields, what="the data's description")
 
     @classmethod
     def read(cls, path: Path) -> DataMeta:
         try:
-            raw = json.loads(path.read_text())
+            raw = {**ADDED_INPUTS, **json.loads(path.read_text())}
             meta = cls(**{f.name: raw[f.name] for f in dataclasses.fields(cls)})
         except (OSError, ValueError) as e:
             raise InputError(f"{path}: unreadable ({e})") from None

@@ -56,3 +56,32 @@ def use_bf16(dtype: str, device: torch.device) -> bool:
 def autocast(bf16: bool, device: torch.device) -> contextlib.AbstractContextManager:
     """bfloat16 autocast on `device` where `bf16`, else nothing."""
     return torch.autocast(device.type, dtype=torch.bfloat16) if bf16 else contextlib.nullcontext()
+
+
+def device_memory(device: torch.device) -> int:
+    """The memory training on `device` may use: a GPU's, or the machine's RAM for a CPU (0
+    where it is not known)."""
+    if device.type == "cuda":
+        return torch.cuda.get_device_properties(device).total_memory
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError):
+        return 0
+
+
+def training_bytes(model: GPT, micro_batch: int, bf16: bool, chunked_loss: bool,
+                   cuda: bool) -> int:
+    """About the memory training `model` takes: float32 weights, gradients and AdamW's two
+    moments, 16 bytes a parameter; and what a micro-batch of `micro_batch` sequences keeps for
+    backward: per layer about 34 x sequences x context x width values (Korthikanti et al. 2022,
+    "Reducing Activation Recomputation", at 2 bytes each; twice that in float32, with
+    5 x heads x context / width more where attention's weights are kept: a CPU's), and the
+    logits (two float32 copies of sequences x context x vocabulary) unless the loss is
+    chunked. An estimate to refuse a hopeless run early with, not a plan: it errs low."""
+    c = model.config
+    tokens = micro_batch * c.block_size
+    attention = 0 if cuda else 5 * c.n_head * c.block_size
+    per_value = 1 if bf16 else 2
+    activations = c.n_layer * tokens * (34 * c.n_embd + attention) * per_value
+    logits = 0 if chunked_loss else 2 * 4 * tokens * c.vocab_size
+    return 16 * model.num_params() + activations + logits

@@ -29,6 +29,9 @@ class Summary:
     val_bpb: float
     command: str
     """The command line that repeats the run."""
+    started_from: str = ""
+    """What the model was fine-tuned from (--init_from: source, revision, weights' sha256);
+    "" for a model trained from scratch."""
 
 
 def stopped_by(cfg: TrainConfig, st: TrainState) -> str:
@@ -37,7 +40,7 @@ def stopped_by(cfg: TrainConfig, st: TrainState) -> str:
 
 
 def summary(cfg: TrainConfig, st: TrainState, val: dict[str, float], model: str, data: str,
-            where: str) -> Summary:
+            where: str, started_from: str = "") -> Summary:
     """The summary of a run with flags `cfg` that ended at `st` with validation losses `val`,
     of `model` on `data`, trained on `where` (the processes and device)."""
     flags = {k: v for k, v in vars(cfg).items() if k not in ("root", "run")}
@@ -53,6 +56,7 @@ def summary(cfg: TrainConfig, st: TrainState, val: dict[str, float], model: str,
         val_loss=val["val_loss"],
         val_bpb=val["val_bpb"],
         command=shlex.join(TRAIN_GPT.command(to_args(flags))),
+        started_from=started_from,
     )
 
 
@@ -96,6 +100,7 @@ def write(rundir: RunDir, summary: Summary) -> None:
     train_losses = [r["loss"] for r in records if "loss" in r]
     rows = [
         ("model", summary.model),
+        *([("fine-tuned from", summary.started_from)] if summary.started_from else []),
         ("data", summary.data),
         ("training", summary.training),
         ("last train loss", f"{train_losses[-1]:.4f} nats/token" if train_losses else "-"),

@@ -1,15 +1,18 @@
-"""What a training run's model and weight average are: the rule for the three flags left unset
-that a resumed run must keep, --dropout, --spelling and --ema_decay.
+"""What a training run's model and weight average are: the rule for the flags left unset
+that a resumed run must keep, the model's shape (--n_layer, --n_head, --n_embd, --bias,
+--position, --activation), --dropout, --spelling and --ema_decay.
 
-A flag given wins. Left unset, each is decided once, when the run starts, by the data and the
-other flags (the defaults below), and a resumed run keeps what it started with, read from its
+A flag given wins. Left unset, each is decided once, when the run starts, by the data, the
+other flags and the pretrained model of --init_from (the defaults below: its shape, the
+fine-tuning dropout, a plain embedding), and a resumed run keeps what it started with, read from its
 checkpoint's state (gpt/training/checkpoint.py's `CheckpointState`): a rerun with a raised
 --max_iters, which now passes over the text more often, trains on with the dropout and weight
-average it began with, as an uninterrupted run would have. `resolve_unset` applies that rule to
-those three; `Trainer` builds what it returns.
+average it began with, as an uninterrupted run would have. `resolve_unset` applies that rule;
+`Trainer` builds what it returns.
 
 The other flags that may be left unset are decided afresh at every start, resumed or not, where
-they are used: --warmup_iters by `TrainConfig` (gpt/config/configs.py, from --max_iters),
+they are used: --learning_rate, --min_lr and --warmup_iters by `TrainConfig`
+(gpt/config/configs.py, from --init_from and --max_iters),
 --compile and --dtype auto by gpt/training/compute.py, --chunked_loss by `GPT.forward`
 (gpt/models/model.py), --device auto by gpt/distributed/world.py (all four from the device).
 """
@@ -21,10 +24,12 @@ from typing import TYPE_CHECKING, TypeVar
 
 from gpt.config.configs import (
     DEFAULT_EMA_DECAY,
+    DEFAULT_SHAPE,
     DEFAULT_SPELLING,
     DROPOUT_REPEATED,
     EMA_MIN_ITERS,
     EMA_MIN_PASSES,
+    FINETUNE_DROPOUT,
     GPTConfig,
     ModelConfig,
     TrainConfig,
@@ -74,15 +79,22 @@ def _chosen(flag: T | None, started_with: T | None, default: T) -> T:
 
 
 def resolve_unset(cfg: TrainConfig, vocab_size: int, train_tokens: int,
-                  saved: CheckpointState | None = None) -> Resolved:
+                  saved: CheckpointState | None = None,
+                  pretrained: GPTConfig | None = None) -> Resolved:
     """What a run trains with with flags `cfg` on data of `vocab_size` ids and `train_tokens`
-    training tokens, resuming the checkpoint state `saved` (None: a new run)."""
+    training tokens, resuming the checkpoint state `saved` (None: a new run), a new run
+    starting from the model `pretrained` (--init_from's shape; None: from scratch)."""
     started = saved.model if saved is not None else None
-    dropout = _chosen(cfg.dropout, started.dropout if started else None,
-                      new_run_dropout(cfg, train_tokens))
-    spelling = _chosen(cfg.spelling, started.spelling if started else None, DEFAULT_SPELLING)
+    if pretrained is not None:  # a new fine-tuning run
+        new_dropout, new_spelling, new_shape = FINETUNE_DROPOUT, 0, vars(pretrained)
+    else:
+        new_dropout, new_spelling = new_run_dropout(cfg, train_tokens), DEFAULT_SPELLING
+        new_shape = DEFAULT_SHAPE
+    dropout = _chosen(cfg.dropout, started.dropout if started else None, new_dropout)
+    spelling = _chosen(cfg.spelling, started.spelling if started else None, new_spelling)
     ema_decay = _chosen(cfg.ema_decay, saved.ema_decay if saved is not None else None,
                         new_run_ema_decay(cfg, train_tokens))
-    model = GPTConfig(**{**fields_of(cfg, ModelConfig), "dropout": dropout, "spelling": spelling},
-                      vocab_size=vocab_size)
+    shape = cfg.shape_with(vars(started) if started else new_shape)
+    model = GPTConfig(**{**fields_of(cfg, ModelConfig), **shape, "dropout": dropout,
+                         "spelling": spelling}, vocab_size=vocab_size)  # fmt: skip
     return Resolved(model, ema_decay)

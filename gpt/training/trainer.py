@@ -15,9 +15,12 @@ holds, restoring it), metrics.py (the progress line and records) and report.py.
 from __future__ import annotations
 
 import contextlib
+import json
 import math
 import random
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -25,18 +28,29 @@ import torch
 
 from gpt.config.configs import TrainConfig
 from gpt.data.batches import Batches, TokenData
+from gpt.data.model_source import MODEL_FILES, Fetched, fetch
 from gpt.data.objectstore import Store
+from gpt.data.tokenizer import pretrained_tokenizer
 from gpt.distributed.world import World
 from gpt.errors import InputError
-from gpt.models.export import save_export
+from gpt.models import pretrained
+from gpt.models.export import load_unpadded, save_export
 from gpt.models.model import GPT
+from gpt.models.pretrained import Pretrained
 from gpt.models.spelling import free_vectors, spelling_of
-from gpt.rundir.atomic import append_jsonl
+from gpt.rundir.atomic import append_jsonl, write_json
+from gpt.rundir.layout import RunDir
 from gpt.stages import TRAIN_GPT
 from gpt.training import checkpoint, faults, report
 from gpt.training.checkpoint import CheckpointState
 from gpt.training.checkpointer import Checkpointer
-from gpt.training.compute import autocast, build_training_model, use_bf16
+from gpt.training.compute import (
+    autocast,
+    build_training_model,
+    device_memory,
+    training_bytes,
+    use_bf16,
+)
 from gpt.training.divergence import Divergence
 from gpt.training.ema import WeightAverage
 from gpt.training.evaluation import Evaluator
@@ -86,17 +100,96 @@ def seed_everything(seed: int) -> None:
     random.seed(seed)
 
 
-def build_model(cfg: TrainConfig, data: TokenData,
-                saved: CheckpointState | None) -> tuple[GPT, float]:
+def build_model(cfg: TrainConfig, data: TokenData, saved: CheckpointState | None,
+                start: Start | None = None) -> tuple[GPT, float]:
     """The run's model, the same initial weights on every rank, and its weight average's decay
-    (0: none), as the flags, the data and the resumed checkpoint's state `saved` decide."""
-    resolved = resolve_unset(cfg, data.meta.vocab_size, data.meta.train_tokens, saved)
+    (0: none), as the flags, the data and the resumed checkpoint's state `saved` decide; a new
+    run's weights `start`'s pretrained ones (--init_from)."""
+    if start is not None:
+        pretrained.check_flags(cfg, start.model.config)
+    resolved = resolve_unset(cfg, data.meta.vocab_size, data.meta.train_tokens, saved,
+                             start.model.config if start is not None else None)
     seed_everything(cfg.seed)
     spelling = spelling_of(data.tokenizer, resolved.model.spelling,
                            free_vectors(data.train_counts))
     model = GPT(resolved.model, spelling)
     model.chunked_loss = cfg.chunked_loss
+    if start is not None:
+        load_unpadded(model, pretrained.initial_weights(start.model, resolved.model, start.rows))
     return model, resolved.ema_decay
+
+
+@dataclass(frozen=True)
+class Start:
+    """A new fine-tuning run's starting point (--init_from): the pretrained model, where it
+    came from, and which of its embedding rows each of the data's ids starts from."""
+
+    fetched: Fetched
+    model: Pretrained
+    rows: np.ndarray
+
+    @classmethod
+    def of(cls, cfg: TrainConfig, world: World, data: TokenData, rundir: RunDir,
+           say: Callable[[str], None]) -> Start:
+        """Fetch --init_from (rank 0 first, the others then find it cached), refuse data of
+        another vocabulary before any weights load, then read them."""
+        if not data.meta.init_from:
+            raise InputError(f"{rundir.meta_json}: the data was not tokenized for a "
+                             f"pretrained model; run load-corpus with --init_from "
+                             f"{cfg.init_from} (and --overwrite true)")
+        fetched, failed = None, None
+        if world.is_main:
+            try:
+                fetched = fetch(cfg.init_from, cfg.root, MODEL_FILES, say)
+            except InputError as e:
+                failed = e
+        # Every rank learns whether rank 0 has the files (the others would otherwise wait
+        # for it in the next collective forever); rank 0's own line says why not.
+        if world.agree([failed is not None])[0]:
+            raise failed or InputError(f"--init_from {cfg.init_from!r}: rank 0 could not "
+                                       "fetch it (its log says why)")
+        if not world.is_main:  # from the cache rank 0 filled: no download, no Hub request
+            fetched = fetch(cfg.init_from, cfg.root, MODEL_FILES, say=lambda _: None,
+                            offline=True)
+        rows = pretrained.row_map(data.tokenizer, pretrained_tokenizer(fetched.path),
+                                  str(rundir.tokenizer_json))
+        model = pretrained.read(fetched.path)
+        say(f"init_from: {fetched.source}{f' at {fetched.revision}' if fetched.revision else ''}: "
+            f"{model.config.n_layer} layers x {model.config.n_head} heads x "
+            f"{model.config.n_embd} wide, context {model.config.block_size}, vocab "
+            f"{model.config.vocab_size:,}; weights sha256 {model.weights_sha256[:16]}...")
+        return cls(fetched, model, rows)
+
+    def record(self) -> dict[str, Any]:
+        return {"init_from": self.fetched.source, "revision": self.fetched.revision,
+                "weights_sha256": self.model.weights_sha256}  # fmt: skip
+
+
+def started_from(rundir: RunDir) -> str:
+    """A run's metrics/init_from.json in one line: source, revision, weights' sha256."""
+    try:
+        rec = json.loads(rundir.init_from_json.read_text())
+    except (OSError, ValueError):
+        return ""
+    revision = f" at revision {rec['revision']}" if rec.get("revision") else ""
+    return f"{rec.get('init_from')}{revision} (weights sha256 {rec.get('weights_sha256')})"
+
+
+def check_memory(model: GPT, cfg: TrainConfig, world: World, micro_batch: int) -> None:
+    """Refuse, before training, a model whose training state cannot fit the device: float32
+    weights, gradients and AdamW's two moments (16 bytes a parameter) plus the activations a
+    micro-batch keeps for backward (estimated by `training_bytes`)."""
+    total = device_memory(world.device)
+    cuda = world.device.type == "cuda"
+    chunked = cuda if cfg.chunked_loss is None else cfg.chunked_loss
+    need = training_bytes(model, micro_batch, use_bf16(cfg.dtype, world.device), chunked, cuda)
+    if total and need > total:
+        raise InputError(
+            f"{model.describe().split(':')[0]} need about {need / 2**30:.1f} GiB to train "
+            f"(weights, gradients, AdamW: {16 * model.num_params() / 2**30:.1f} GiB; the rest "
+            f"activations) and {world.device.type} has {total / 2**30:.1f} GiB; lower "
+            "--batch_size (raise --grad_accum) or --block_size, or take a smaller model"
+        )
 
 
 class Trainer:
@@ -122,7 +215,12 @@ class Trainer:
 
         latest = checkpoint.find_latest(self.rundir) if cfg.resume != "never" else None
         saved = checkpoint.read_state(latest) if latest is not None else None
-        model, ema_decay = build_model(cfg, self.data, saved)
+        # The pretrained weights are read at iteration 0 only: a resumed run has its own.
+        start = None
+        if cfg.init_from and saved is None:
+            start = Start.of(cfg, world, self.data, self.rundir, self.log)
+        model, ema_decay = build_model(cfg, self.data, saved, start)
+        check_memory(model, cfg, world, self.micro_batch)
         self.model = model.to(self.device)
         self.optimizer = build_optimizer(self.model, cfg, self.device)
         self.average = WeightAverage(self.model, ema_decay) if ema_decay else None
@@ -133,6 +231,11 @@ class Trainer:
         seed_everything(cfg.seed + world.rank)  # but draws its own dropout masks
         self.state = self.checkpointer.restore_or_start(latest, saved)
         """The progress; with the model, optimizer, average and RNGs, what a checkpoint saves."""
+        if start is not None and world.is_main:
+            write_json(self.rundir.init_from_json, start.record(),
+                       what="the record of what the run started from")
+        self.started_from = started_from(self.rundir) if cfg.init_from else ""
+        """What the model was fine-tuned from, in one line ("" from scratch)."""
         self.resumed_from = latest.name if latest is not None else None
 
         # What runs the training iteration: maybe compiled, then wrapped by DDP. self.model stays
@@ -289,10 +392,12 @@ class Trainer:
 
     def _export_and_report(self, val: dict[str, float]) -> None:
         cfg, st, rundir = self.cfg, self.state, self.rundir
-        save_export(self.eval_model, self.data.tokenizer, rundir.model_dir)
+        save_export(self.eval_model, self.data.tokenizer, rundir.model_dir,
+                    finetuned_from=self.started_from)
         where = f"{self.world.size} process(es) on {self.device.type}"
         report.write(rundir, report.summary(cfg, st, val, self.model.describe(),
-                                            self.data.meta.describe(), where))
+                                            self.data.meta.describe(), where,
+                                            self.started_from))
         self.log(
             f"done: {st.step} steps, {st.tokens:,} tokens in {duration(st.elapsed_s)} "
             f"(stopped by {report.stopped_by(cfg, st)}); val {val['val_loss']:.4f} nats/token, "

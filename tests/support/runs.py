@@ -63,6 +63,14 @@ TINY_PIPELINE = {
 }  # fmt: skip
 
 
+# The tiny run fine-tuning a pretrained model (--init_from): TINY less the shape, which is the
+# checkpoint's (tests/support/gpt2.py's small GPT-2, its 64 positions cropped to 16), and less
+# the schedule, which is the fine-tuning recipe's.
+TINY_FINETUNE = {k: v for k, v in TINY.items()
+                 if k not in ("n_layer", "n_head", "n_embd", "learning_rate", "min_lr",
+                              "warmup_iters")}  # fmt: skip
+
+
 def as_flags(settings: dict) -> list[str]:
     """`{"n_layer": 1}` as a command line: `["--n_layer", "1"]`."""
     return [a for k, v in settings.items() for a in (f"--{k}", str(v))]

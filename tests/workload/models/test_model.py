@@ -194,7 +194,7 @@ def test_output_head_is_tied_to_token_embedding(model: GPT) -> None:
         (dict(n_embd=30, n_head=4), "--n_embd"),
         (dict(n_embd=30, n_head=2), "the head size must be even"),
         (dict(position="alibi"), "--position 'alibi': expected rope or learned"),
-        (dict(activation="swish"), "--activation 'swish': expected relu2 or gelu"),
+        (dict(activation="swish"), "--activation 'swish': expected relu2, gelu or gelu_new"),
         (dict(n_layer=0), "--n_layer"),
         (dict(block_size=-1), "--block_size"),
         (dict(dropout=1.0), "--dropout"),

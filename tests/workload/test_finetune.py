@@ -1,0 +1,204 @@
+"""Fine-tuning (--init_from, issue 46) through the stages: load-corpus tokenizes as GPT-2 does,
+train-gpt starts from the pretrained weights (read at iteration 0 only), records where it
+started, resumes bit-exactly after a SIGKILL, refuses data of another vocabulary before any
+weights load; the export is a GPT2LMHeadModel transformers opens with our greedy reply.
+
+"gpt2" is the Hub's openai-community/gpt2, here a random GPT-2 written by transformers into a
+Hub cache laid out as huggingface_hub lays one out, read with HF_HUB_OFFLINE=1: nothing
+downloads."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from safetensors.torch import load_file
+from support.gpt2 import gpt2_folder, hub_cache
+from support.runs import ONE_THREAD, TEXT, TINY_FINETUNE, as_flags, in_process, write_data
+
+from gpt.config.configs import SamplingConfig
+from gpt.data.model_source import cache_dir
+from gpt.data.tokenizer import gpt2_encoding, load_tokenizer
+from gpt.generation.sampling import generate
+from gpt.models.export import load_export
+from gpt.rundir.layout import DataMeta, RunDir
+from gpt.stages import TRAIN_GPT
+
+COMMIT = "0123456789abcdef0123456789abcdef01234567"
+
+
+@pytest.fixture(scope="module")
+def gpt2_root(tmp_path_factory) -> Path:
+    """A run root whose Hub cache holds "gpt2" (openai-community/gpt2) at COMMIT, and a folder
+    `gpt2/` of the same model (for --init_from as a folder)."""
+    root = tmp_path_factory.mktemp("root")
+    gpt2_folder(root / "gpt2-folder")
+    hub_cache(cache_dir(root), "openai-community/gpt2", root / "gpt2-folder", COMMIT)
+    return root
+
+
+@pytest.fixture
+def offline(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+
+
+def corpus(root: Path, run: str, *flags: str) -> RunDir:
+    assert in_process("load-corpus", "--root", str(root), "--run", run, "--block_size", "16",
+                      *flags) == 0  # fmt: skip
+    return RunDir.of(root, run)
+
+
+def finetune(root: Path, run: str, *flags: str) -> int:
+    return in_process("train-gpt", "--root", str(root), "--run", run, "--init_from", "gpt2",
+                      *as_flags(TINY_FINETUNE), *flags)  # fmt: skip
+
+
+def test_gpt2_from_the_hub_cache_fine_tunes_and_exports_as_gpt2(gpt2_root, offline, capsys):
+    run = corpus(gpt2_root, "a", "--init_from", "gpt2")
+    meta = DataMeta.read(run.meta_json)
+    assert meta.init_from == "hf://openai-community/gpt2" and meta.max_vocab == 0
+    # GPT-2's tokens as GPT-2 splits the text, renumbered: no rare token spelt in bytes
+    tok = load_tokenizer(run.tokenizer_json)
+    text = run.text_txt.read_text()
+    cut = int(len(text) * 0.9)
+    ids = np.fromfile(run.train_bin, dtype=np.uint16)
+    assert np.array(tok.kept)[ids].tolist() == gpt2_encoding().encode_ordinary(text[:cut])
+
+    assert finetune(gpt2_root, "a", "--max_iters", "4") == 0
+    out = capsys.readouterr().out
+    assert f"init_from: hf://openai-community/gpt2 at {COMMIT}" in out
+    assert "2 layers x 2 heads x 32 wide, context 16" in out  # the checkpoint's, cropped
+    record = json.loads(run.init_from_json.read_text())
+    assert record["init_from"] == "hf://openai-community/gpt2" and record["revision"] == COMMIT
+    assert len(record["weights_sha256"]) == 64
+    assert f"fine-tuned from | hf://openai-community/gpt2 at revision {COMMIT}" in \
+        run.report_md.read_text()
+
+    config = json.loads((run.model_dir / "config.json").read_text())
+    assert config["architectures"] == ["GPT2LMHeadModel"]
+    assert config["activation_function"] == "gelu_new" and config["n_positions"] == 16
+    assert config["finetuned_from"].startswith(f"hf://openai-community/gpt2 at revision {COMMIT}")
+    import transformers
+
+    theirs = transformers.AutoModelForCausalLM.from_pretrained(run.model_dir).eval()
+    ours, tokenizer = load_export(run.model_dir)
+    prompt = tokenizer.encode("ANTIPHOLUS. What")
+    n = 16 - len(prompt)
+    mine = list(generate(ours, prompt, SamplingConfig(temperature=0, max_new_tokens=n),
+                         eot_id=tokenizer.eot_id, vocab_size=tokenizer.vocab_size))  # fmt: skip
+    with torch.no_grad():
+        got = theirs.generate(torch.tensor([prompt]), max_new_tokens=n, do_sample=False)
+    reply = got[0, len(prompt):].tolist()
+    reply = reply[: reply.index(tokenizer.eot_id)] if tokenizer.eot_id in reply else reply
+    assert reply == mine
+
+
+def test_the_first_iteration_starts_from_the_pretrained_weights(gpt2_root, offline):
+    """With a learning rate too small to move a float32 weight, the export is the pretrained
+    model itself, its embedding rows those of the corpus's tokens."""
+    run = corpus(gpt2_root, "a", "--init_from", "gpt2")
+    shutil.copytree(run.data_dir, gpt2_root / "z" / "data")
+    assert finetune(gpt2_root, "z", "--max_iters", "1", "--learning_rate", "1e-30",
+                    "--weight_decay", "0") == 0  # fmt: skip
+    exported = load_file(gpt2_root / "z" / "model" / "model.safetensors")
+    pre = load_file(gpt2_root / "gpt2-folder" / "model.safetensors")
+    kept = load_tokenizer(run.tokenizer_json).kept
+    assert torch.equal(exported["transformer.wte.weight"], pre["transformer.wte.weight"][kept])
+    assert torch.equal(exported["transformer.wpe.weight"], pre["transformer.wpe.weight"][:16])
+    assert torch.equal(exported["transformer.h.1.mlp.c_fc.bias"],
+                       pre["transformer.h.1.mlp.c_fc.bias"])
+
+
+def test_data_for_another_vocabulary_is_refused_before_any_weights_load(gpt2_root, tmp_path,
+                                                                         capsys):
+    folder = tmp_path / "broken"
+    shutil.copytree(gpt2_root / "gpt2-folder", folder)
+    (folder / "model.safetensors").write_bytes(b"not weights")  # reading it would fail
+    write_data(tmp_path, "chars")  # a character vocabulary
+    code = in_process("train-gpt", "--root", str(tmp_path), "--run", "chars", "--init_from",
+                      str(folder), *as_flags(TINY_FINETUNE))  # fmt: skip
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1
+    assert "the data was not tokenized for a pretrained model" in err[0]
+    assert not (tmp_path / "chars" / "ckpt").exists()
+
+
+@pytest.fixture(scope="module")
+def earlier(gpt2_root) -> RunDir:
+    """An earlier run fine-tuned from the GPT-2 folder: its model/ has a compacted vocabulary."""
+    folder = str(gpt2_root / "gpt2-folder")
+    run = corpus(gpt2_root, "earlier", "--init_from", folder)
+    assert in_process("train-gpt", "--root", str(gpt2_root), "--run", "earlier", "--init_from",
+                      folder, *as_flags(TINY_FINETUNE), "--max_iters", "2") == 0  # fmt: skip
+    return run
+
+
+def test_a_corpus_tokenized_for_another_compaction_is_refused(earlier, tmp_path, capsys):
+    """An earlier run's model/ (a compacted vocabulary) as --init_from, on data another text
+    compacted GPT-2 to: one line naming both vocabularies."""
+    (tmp_path / "other.txt").write_text(TEXT)
+    corpus(tmp_path, "b", "--init_from", "gpt2", "--source", str(tmp_path / "other.txt"))
+    capsys.readouterr()
+    code = in_process("train-gpt", "--root", str(tmp_path), "--run", "b", "--init_from",
+                      str(earlier.model_dir), *as_flags(TINY_FINETUNE))  # fmt: skip
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1
+    assert "the data's tokenizer (gpt2 compacted to" in err[0] and "is not --init_from's" in err[0]
+
+
+def test_fine_tuning_an_earlier_runs_model_keeps_its_vocabulary(earlier, tmp_path):
+    """load-corpus with an earlier run's model/ tokenizes with its (compacted) vocabulary as it
+    is, and train-gpt starts from that model, shape and all."""
+    again = corpus(tmp_path, "b", "--init_from", str(earlier.model_dir))
+    assert load_tokenizer(again.tokenizer_json).to_json() == \
+        load_tokenizer(earlier.tokenizer_json).to_json()
+    assert in_process("train-gpt", "--root", str(tmp_path), "--run", "b", "--init_from",
+                      str(earlier.model_dir), *as_flags(TINY_FINETUNE), "--max_iters", "2") == 0
+    tuned = json.loads((again.model_dir / "config.json").read_text())["finetuned_from"]
+    assert tuned.startswith(str(earlier.model_dir.resolve()))
+
+
+def test_a_sigkilled_fine_tuning_resumes_bit_exactly_without_the_pretrained_model(
+        gpt2_root, tmp_path):  # fmt: skip
+    """Killed after iteration 3 (a checkpoint at 2), resumed with the pretrained folder gone:
+    the weights come from the checkpoint, and end equal to an uninterrupted run's."""
+    folder = tmp_path / "gpt2"
+    shutil.copytree(gpt2_root / "gpt2-folder", folder)
+    for run in ("straight", "killed"):
+        shutil.copytree(corpus(gpt2_root, "a", "--init_from", "gpt2").data_dir,
+                        tmp_path / run / "data")
+    flags = ["--init_from", str(folder), *as_flags(TINY_FINETUNE), "--max_iters", "6",
+             "--ckpt_interval", "2"]
+    assert in_process("train-gpt", "--root", str(tmp_path), "--run", "straight", *flags) == 0
+    cmd = TRAIN_GPT.command(["--root", str(tmp_path), "--run", "killed", *flags],
+                            python=[sys.executable])
+    env = {**os.environ, **ONE_THREAD, "GPT_FAULT": "kill-rank-0@3"}
+    killed = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
+    assert killed.returncode == -9, killed.stderr
+    shutil.rmtree(folder)  # read at iteration 0 only
+    assert in_process("train-gpt", "--root", str(tmp_path), "--run", "killed", *flags) == 0
+    a = load_file(tmp_path / "straight" / "model" / "model.safetensors")
+    b = load_file(tmp_path / "killed" / "model" / "model.safetensors")
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    assert json.loads((tmp_path / "killed" / "metrics" / "init_from.json").read_text()) == \
+        json.loads((tmp_path / "straight" / "metrics" / "init_from.json").read_text())
+
+
+def test_a_model_that_cannot_fit_the_device_is_refused_with_the_estimate(gpt2_root, offline,
+                                                                          monkeypatch, capsys):
+    from gpt.training import trainer
+
+    corpus(gpt2_root, "a", "--init_from", "gpt2")
+    monkeypatch.setattr(trainer, "device_memory", lambda device: 1 << 20)  # a 1 MiB device
+    capsys.readouterr()
+    assert finetune(gpt2_root, "a", "--max_iters", "1", "--resume", "never") == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "need about" in err[0] and "GiB to train" in err[0]
+    assert "cpu has 0.0 GiB" in err[0]
