@@ -34,7 +34,6 @@ from components.trainjob.podlogs import PodLogs, PodRef, from_environment, node0
 from components.trainjob.stagelog import LOG_TAIL_LINES, tail
 from components.trainjob.warning_events import Events
 from components.trainjob.warning_events import from_environment as events_from_environment
-from gpt.data.model_source import HUB_ENV
 from gpt.data.objectstore import ENV_OPTIONAL, ENV_REQUIRED
 from gpt.errors import first_line
 
@@ -116,10 +115,9 @@ class TrainJobSpec:
     args: list[str] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)
     storage_secret: str = ""
-    """A Secret in the TrainJob's namespace whose object-store keys (gpt/data/objectstore.py's
-    ENV_REQUIRED, ENV_OPTIONAL) and Hub token (gpt/data/model_source.py's HUB_ENV) become the
-    container's variables of the same names, by reference: no value enters the TrainJob.
-    Empty: none."""
+    """A Secret in the TrainJob's namespace whose object-store and Hub keys
+    (gpt/data/objectstore.py's ENV_REQUIRED, ENV_OPTIONAL) become the container's variables of
+    the same names, by reference: no value enters the TrainJob. Empty: none."""
     placement: Placement = Placement()
     """Nodes, processes per node, GPUs, and the deadline `launch` keeps."""
 
@@ -158,8 +156,8 @@ def build_trainjob(spec: TrainJobSpec, name: str, namespace: str, run_id: str) -
 
 
 def secret_env(secret: str) -> list[dict[str, Any]]:
-    """Env entries taking the object-store variables and the Hub's token (HF_TOKEN, optional,
-    for --init_from) from the keys of the same names of `secret`. A TrainJob's
+    """Env entries taking the object-store and Hub variables (HF_TOKEN and HF_ENDPOINT, optional:
+    for an hf:// source or --init_from) from the keys of the same names of `secret`. A TrainJob's
     `spec.trainer.env` is a list of core/v1 EnvVar, whose `valueFrom.secretKeyRef` the Trainer
     v2.3 CRD admits; it has no `envFrom`
     (trainer.kubeflow.org_trainjobs.yaml). A missing Secret or required key keeps the pod from
@@ -169,7 +167,7 @@ def secret_env(secret: str) -> list[dict[str, Any]]:
         return []
     return [
         {"name": k, "valueFrom": {"secretKeyRef": {"name": secret, "key": k, "optional": opt}}}
-        for keys, opt in ((ENV_REQUIRED, False), (ENV_OPTIONAL + HUB_ENV, True))
+        for keys, opt in ((ENV_REQUIRED, False), (ENV_OPTIONAL, True))
         for k in keys
     ]
 

@@ -38,9 +38,6 @@ MODEL_FILES = (*TOKENIZER_FILES, "config.json", "generation_config.json", "*.saf
 """What train-gpt needs: the tokenizer, the config and the safetensors weights (never a pickled
 `pytorch_model.bin`, which the Hub's GPT-2 also holds)."""
 FLAG = "--init_from"
-HUB_ENV = ("HF_TOKEN",)
-"""The Hub's variables a TrainJob takes from the Secret `storage_secret` names (optional keys:
-components/trainjob/launcher.py's `secret_env`)."""
 
 
 @dataclass(frozen=True)
