@@ -37,6 +37,7 @@ from gpt.config.configs import DROPOUT_REPEATED, TrainConfig
 from gpt.data.batches import Batches, count_ids, eval_offsets
 from gpt.data.tokenizer import load_tokenizer
 from gpt.distributed.world import World, setup
+from gpt.models import loss as chunked
 from gpt.models.export import load_export
 from gpt.models.model import GPT, GPTConfig
 from gpt.models.spelling import spell, spelling_of
@@ -483,12 +484,16 @@ def test_bf16_follows_the_float32_loss_curve(root: Path) -> None:
 
 
 @pytest.mark.slow
-def test_a_compiled_step_trains_as_the_eager_one(root: Path) -> None:
-    """`torch.compile`, the default on a GPU, checked where CI can run it: on the CPU, the same
-    per-step losses as eager mode (with the padded vocabulary's -inf fill and the optimizer's
-    found_inf flag inside the compiled graph's reach)."""
+def test_a_compiled_step_trains_as_the_eager_one(root: Path, monkeypatch) -> None:
+    """`torch.compile` with the chunked loss, both the default on a GPU, checked where CI can run
+    them: on the CPU, the same per-step losses as eager mode (with the padded vocabulary's -inf
+    fill, the chunked loss's autograd.Function over several chunks and the optimizer's found_inf
+    flag inside the compiled graph's reach). The eager chunked loss is the whole logits' to 1e-6
+    (tests/workload/models/test_model.py); one compile here, as each costs CI half a minute."""
+    monkeypatch.setattr(chunked, "CHUNK_BYTES", 64 * 64 * 4)  # at most 64 rows: 2 chunks or more
     curves = {compiled: loss_curve(root, f"compile-{compiled}", "--max_iters", "6",
-                                   "--log_interval", "1", "--compile", compiled, "--dropout", "0")
+                                   "--log_interval", "1", "--compile", compiled, "--dropout", "0",
+                                   "--chunked_loss", "true")
               for compiled in ("false", "true")}
     assert len(curves["true"]) == 6
     assert curves["true"] == pytest.approx(curves["false"], rel=1e-4)

@@ -320,23 +320,3 @@ def test_a_table_built_by_the_caller_is_the_one_built_inside(model: GPT) -> None
     inside = model(idx, targets=targets)
     given = model(idx, targets=targets, embedding=model.embedding())
     assert torch.equal(inside[0], given[0]) and torch.equal(inside[1], given[1])
-
-
-@pytest.mark.slow
-def test_the_chunked_loss_compiles_to_the_same_gradients(monkeypatch) -> None:
-    """`torch.compile` (on by default on CUDA, where the chunked loss runs) traces the chunked
-    loss's autograd.Function: on the CPU, the same loss and gradients as eager whole logits."""
-    monkeypatch.setattr(chunked, "CHUNK_BYTES", 16 * 128 * 4)  # 16 rows a chunk: 4 chunks
-    torch.manual_seed(0)
-    model = GPT(GPTConfig(**{**MODEL, "n_layer": 1})).train()
-    idx, targets = torch.randint(0, 67, (2, 4, 16))
-    _, loss, grads = _loss_and_grads(model, idx, targets)
-    model.chunked_loss = True
-    compiled = torch.compile(model)
-    model.zero_grad()
-    logits, got = compiled(idx, targets)
-    got.backward()
-    assert logits is None
-    torch.testing.assert_close(got.detach(), loss, atol=1e-6, rtol=1e-6)
-    for name, p in model.named_parameters():
-        torch.testing.assert_close(p.grad, grads[name], atol=1e-6, rtol=1e-5, msg=name)
