@@ -129,7 +129,7 @@ def build_trainjob(spec: TrainJobSpec, name: str, namespace: str, run_id: str) -
         "command": list(spec.command),
         "args": list(spec.args),
         "env": [{"name": k, "value": v} for k, v in spec.env.items()]
-        + secret_env(spec.storage_secret),
+        + secret_env(spec.storage_secret, spec.args),
         "numNodes": spec.placement.num_nodes,
         "numProcPerNode": spec.placement.num_proc_per_node,
     }
@@ -155,19 +155,22 @@ def build_trainjob(spec: TrainJobSpec, name: str, namespace: str, run_id: str) -
     }
 
 
-def secret_env(secret: str) -> list[dict[str, Any]]:
-    """Env entries taking the object-store and Hub variables (HF_TOKEN and HF_ENDPOINT, optional:
-    for an hf:// source or --init_from) from the keys of the same names of `secret`. A TrainJob's
+def secret_env(secret: str, args: list[str]) -> list[dict[str, Any]]:
+    """Env entries taking the object-store and Hub variables (HF_TOKEN and HF_ENDPOINT: for an
+    hf:// source or --init_from) from the keys of the same names of `secret`. A TrainJob's
     `spec.trainer.env` is a list of core/v1 EnvVar, whose `valueFrom.secretKeyRef` the Trainer
-    v2.3 CRD admits; it has no `envFrom`
-    (trainer.kubeflow.org_trainjobs.yaml). A missing Secret or required key keeps the pod from
+    v2.3 CRD admits; it has no `envFrom` (trainer.kubeflow.org_trainjobs.yaml). A step whose
+    `args` name an s3:// URI requires the two AWS keys: a missing Secret or key keeps the pod from
     starting (CreateContainerConfigError), which the launcher reports as a pod that does not
-    start; the optional keys are set only where the Secret has them."""
+    start. Every other key, and the AWS keys of a step without s3://, are optional: set only
+    where the Secret has them (a Secret holding only HF_TOKEN serves the Hub)."""
     if not secret:
         return []
+    s3 = any(arg.startswith("s3://") for arg in args)
+    required, optional = (ENV_REQUIRED, ENV_OPTIONAL) if s3 else ((), ENV_REQUIRED + ENV_OPTIONAL)
     return [
         {"name": k, "valueFrom": {"secretKeyRef": {"name": secret, "key": k, "optional": opt}}}
-        for keys, opt in ((ENV_REQUIRED, False), (ENV_OPTIONAL, True))
+        for keys, opt in ((required, False), (optional, True))
         for k in keys
     ]
 

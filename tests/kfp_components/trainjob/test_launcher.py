@@ -75,8 +75,10 @@ def test_spec_sets_only_runtime_ref_trainer_and_the_deadline():
     assert labels[launcher.STAGE_LABEL] == "train-gpt"
 
 
-def test_a_storage_secret_reaches_the_container_by_reference_only():
-    spec = dataclasses.replace(SPEC, storage_secret="gpt-s3")
+@pytest.mark.parametrize("source", ["s3://gpt-data/books/", "hf://datasets/org/name"])
+def test_a_storage_secret_reaches_the_container_by_reference_only(source):
+    args = ["--source", source]
+    spec = dataclasses.replace(SPEC, storage_secret="gpt-s3", args=args)
     body = launcher.build_trainjob(spec, "train-gpt-demo-abc123", "ns", "r")
     env = body["spec"]["trainer"]["env"]
     assert env[0] == {"name": "A", "value": "1"}
@@ -85,17 +87,19 @@ def test_a_storage_secret_reaches_the_container_by_reference_only():
     assert set(refs) == {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN",
                          "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_REGION",
                          "AWS_DEFAULT_REGION", "HF_TOKEN", "HF_ENDPOINT"}  # fmt: skip
+    required = {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"} if source.startswith("s3") else set()
     for name, ref in refs.items():
         assert ref["name"] == "gpt-s3" and ref["key"] == name
-        # the keys are required (a missing Secret stops the pod, saying so); the rest optional
-        assert ref["optional"] is (name not in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"))
+        # with s3://, the keys are required (a missing Secret stops the pod, saying so); the
+        # rest optional, and all of them for the Hub (a Secret of HF_TOKEN alone)
+        assert ref["optional"] is (name not in required)
     assert launcher.build_trainjob(SPEC, "n", "ns", "r")["spec"]["trainer"]["env"] == [
         {"name": "A", "value": "1"}]  # fmt: skip
 
 
 @pytest.mark.apiserver
 def test_trainer_v2_3_admits_the_secret_references(custom_api):
-    spec = dataclasses.replace(SPEC, storage_secret="gpt-s3")
+    spec = dataclasses.replace(SPEC, storage_secret="gpt-s3", args=["--source", "s3://b/k"])
     ns = namespace()
     body = launcher.build_trainjob(spec, launcher.trainjob_name("load-corpus"), ns, "r")
     created = custom_api.create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, body)
