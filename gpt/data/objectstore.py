@@ -36,17 +36,17 @@ from gpt.data.progress import Progress
 from gpt.errors import InputError, first_line
 from gpt.rundir.atomic import writing
 
+HF_ENV = ("HF_TOKEN", "HF_ENDPOINT")  # the token; the Hub's address (a mirror, or a test's fake)
 # The variables the S3 and Hub clients read here: on a cluster each comes from the key of the same
-# name of the Secret a step names (`storage_secret`, components/trainjob/launcher.py); the first
-# two must be in it, the others may.
+# name of the Secret a step names (`storage_secret`, components/trainjob/launcher.py's
+# secret_env: the first two must be in it where the step names an s3:// URI, the others may).
 ENV_REQUIRED = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
 ENV_OPTIONAL = ("AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_REGION",
-                "AWS_DEFAULT_REGION", "HF_TOKEN", "HF_ENDPOINT")  # fmt: skip
+                "AWS_DEFAULT_REGION", *HF_ENV)  # fmt: skip
 # scheme -> the package that implements it for fsspec
 BACKENDS = {"s3": "s3fs", "gs": "gcsfs"}
 # Read only (load-corpus's --source): Hugging Face datasets, huggingface_hub's HfFileSystem.
 HF = "hf"
-HF_ENV = ("HF_TOKEN", "HF_ENDPOINT")  # the token; the Hub's address (a mirror, or a test's fake)
 _GLOB = re.compile(r"[*?\[]")
 _URI = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://([^/]*)(/.*)?$")
 CHUNK = 1 << 20  # bytes read (and held) at a time while downloading

@@ -1,6 +1,6 @@
 """How train-gpt computes on its device: the model its training iteration runs (compiled or not,
-wrapped by DDP under torchrun) and bfloat16 autocast. Where --compile is unset, and what
---dtype auto means, is decided here."""
+wrapped by DDP under torchrun), bfloat16 autocast, and whether training fits the device's
+memory. Where --compile is unset, and what --dtype auto means, is decided here."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from collections.abc import Callable
 import torch
 from torch.nn.parallel import DistributedDataParallel as DDP
 
+from gpt.config.configs import TrainConfig
 from gpt.distributed.world import World
 from gpt.errors import InputError
 from gpt.models.model import GPT
@@ -85,3 +86,20 @@ def training_bytes(model: GPT, micro_batch: int, bf16: bool, chunked_loss: bool,
     activations = c.n_layer * tokens * (34 * c.n_embd + attention) * per_value
     logits = 0 if chunked_loss else 2 * 4 * tokens * c.vocab_size
     return 16 * model.num_params() + activations + logits
+
+
+def check_memory(model: GPT, cfg: TrainConfig, world: World, micro_batch: int) -> None:
+    """Refuse, before training, a model whose training state cannot fit the device: float32
+    weights, gradients and AdamW's two moments (16 bytes a parameter) plus the activations a
+    micro-batch keeps for backward (estimated by `training_bytes`)."""
+    total = device_memory(world.device)
+    cuda = world.device.type == "cuda"
+    chunked = cuda if cfg.chunked_loss is None else cfg.chunked_loss
+    need = training_bytes(model, micro_batch, use_bf16(cfg.dtype, world.device), chunked, cuda)
+    if total and need > total:
+        raise InputError(
+            f"{model.describe().split(':')[0]} need about {need / 2**30:.1f} GiB to train "
+            f"(weights, gradients, AdamW: {16 * model.num_params() / 2**30:.1f} GiB; the rest "
+            f"activations) and {world.device.type} has {total / 2**30:.1f} GiB; lower "
+            "--batch_size (raise --grad_accum) or --block_size, or take a smaller model"
+        )

@@ -44,13 +44,7 @@ from gpt.stages import TRAIN_GPT
 from gpt.training import checkpoint, faults, report
 from gpt.training.checkpoint import CheckpointState
 from gpt.training.checkpointer import Checkpointer
-from gpt.training.compute import (
-    autocast,
-    build_training_model,
-    device_memory,
-    training_bytes,
-    use_bf16,
-)
+from gpt.training.compute import autocast, build_training_model, check_memory, use_bf16
 from gpt.training.divergence import Divergence
 from gpt.training.ema import WeightAverage
 from gpt.training.evaluation import Evaluator
@@ -173,23 +167,6 @@ def started_from(rundir: RunDir) -> str:
         return ""
     revision = f" at revision {rec['revision']}" if rec.get("revision") else ""
     return f"{rec.get('init_from')}{revision} (weights sha256 {rec.get('weights_sha256')})"
-
-
-def check_memory(model: GPT, cfg: TrainConfig, world: World, micro_batch: int) -> None:
-    """Refuse, before training, a model whose training state cannot fit the device: float32
-    weights, gradients and AdamW's two moments (16 bytes a parameter) plus the activations a
-    micro-batch keeps for backward (estimated by `training_bytes`)."""
-    total = device_memory(world.device)
-    cuda = world.device.type == "cuda"
-    chunked = cuda if cfg.chunked_loss is None else cfg.chunked_loss
-    need = training_bytes(model, micro_batch, use_bf16(cfg.dtype, world.device), chunked, cuda)
-    if total and need > total:
-        raise InputError(
-            f"{model.describe().split(':')[0]} need about {need / 2**30:.1f} GiB to train "
-            f"(weights, gradients, AdamW: {16 * model.num_params() / 2**30:.1f} GiB; the rest "
-            f"activations) and {world.device.type} has {total / 2**30:.1f} GiB; lower "
-            "--batch_size (raise --grad_accum) or --block_size, or take a smaller model"
-        )
 
 
 class Trainer:

@@ -193,10 +193,10 @@ def test_a_sigkilled_fine_tuning_resumes_bit_exactly_without_the_pretrained_mode
 
 def test_a_model_that_cannot_fit_the_device_is_refused_with_the_estimate(gpt2_root, offline,
                                                                           monkeypatch, capsys):
-    from gpt.training import trainer
+    from gpt.training import compute
 
     corpus(gpt2_root, "a", "--init_from", "gpt2")
-    monkeypatch.setattr(trainer, "device_memory", lambda device: 1 << 20)  # a 1 MiB device
+    monkeypatch.setattr(compute, "device_memory", lambda device: 1 << 20)  # a 1 MiB device
     capsys.readouterr()
     assert finetune(gpt2_root, "a", "--max_iters", "1", "--resume", "never") == 2
     err = capsys.readouterr().err.strip().splitlines()
