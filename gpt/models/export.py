@@ -1,15 +1,17 @@
 """The exported model: a Hugging Face model directory, what train-gpt hands to generative-prompt
 and to every tool that reads that format.
 
-`model/` holds what transformers writes for the architecture gpt/models/hf.py maps our model to
-(GPT-NeoX with rotary positions, GPT-2 with learned ones): `config.json`,
-`generation_config.json` (end-of-text ends a reply, as it ends ours) and `model.safetensors`;
-and what `PreTrainedTokenizerFast.save_pretrained` writes for the tokenizer's `tokenizers` twin
-(`tokenizer.json`, `tokenizer_config.json`). `AutoModelForCausalLM.from_pretrained(model_dir)`
-and `AutoTokenizer.from_pretrained(model_dir)` load it offline with no custom code; our own CLI
-reads the same files with safetensors, json and tokenizers (to check `tokenizer.json` is the twin
-of a tokenizer it has), and never imports transformers (a second of start-up) to do so. One
-directory, written atomically.
+`model/` holds the files transformers reads for the architecture gpt/models/hf.py maps our model
+to (GPT-NeoX with rotary positions, GPT-2 with learned ones): `config.json`,
+`generation_config.json` (end-of-text ends a reply, as it ends ours), `model.safetensors`, the
+tokenizer's `tokenizers` twin (`tokenizer.json`) and the `tokenizer_config.json` that makes it a
+fast tokenizer. `AutoModelForCausalLM.from_pretrained(model_dir)` and
+`AutoTokenizer.from_pretrained(model_dir)` load it offline with no custom code
+(tests/workload/models/test_hf.py holds them to what transformers' own `save_pretrained` writes).
+Neither writing nor reading imports transformers: that import costs every train-gpt process
+1.5 s of start-up, and the files are JSON. Our CLI reads them with safetensors, json and
+tokenizers (to check `tokenizer.json` is the twin of a tokenizer it has). One directory, written
+atomically.
 
 The weights are those of the tokenizer's vocabulary: the token embedding, which is also the
 output head, has exactly `vocab_size` rows and is stored once. The padding rows the model trains
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import safetensors
 import safetensors.torch
@@ -34,6 +37,7 @@ from gpt.models.model import GPT
 from gpt.rundir import atomic
 
 WEIGHTS, CONFIG, TOKENIZER = "model.safetensors", "config.json", "tokenizer.json"
+GENERATION, TOKENIZER_CONFIG = "generation_config.json", "tokenizer_config.json"
 EMBEDDING, HEAD = "transformer.wte.weight", "lm_head.weight"  # one tensor (weight tying)
 SPELLING = "transformer.wse.weight"  # a spelled embedding's n-gram vectors (training only)
 
@@ -50,32 +54,31 @@ def export_weights(model: GPT) -> dict[str, torch.Tensor]:
 
 def save_export(model: GPT, tokenizer: Tokenizer, dest: Path, finetuned_from: str = "") -> None:
     """Write `dest/` as a Hugging Face model directory, atomically; `finetuned_from` (what
-    --init_from started from) goes into its config.json as `finetuned_from`."""
-    import transformers  # here, not at the top: its import costs a second that only this needs
-
-    config = model.config
-    arch = hf.architecture(config)
-    config_class = getattr(transformers, hf.CONFIG_CLASSES[arch])
-    hf_config = config_class(**hf.hf_config(config, tokenizer.eot_id))
-    hf_config.architectures = [arch]
-    hf_config.dtype = "float32"
-    if finetuned_from:
-        hf_config.finetuned_from = finetuned_from  # config.json keeps unknown keys
-    generation = transformers.GenerationConfig(
-        bos_token_id=tokenizer.eot_id, eos_token_id=tokenizer.eot_id,
-        pad_token_id=tokenizer.eot_id,  # a batch pads with end-of-text, which ends a reply anyway
-    )
-    special = {} if tokenizer.eot_id is None else {"eos_token": ENDOFTEXT, "bos_token": ENDOFTEXT}
-    hf_tokenizer = transformers.PreTrainedTokenizerFast(
-        tokenizer_object=tokenizer.to_hf(), model_max_length=config.block_size, **special
-    )
-    what = "the exported model"
-    with atomic.staged_dir(dest, what=what) as stage:
+    --init_from started from) goes into its config.json as `finetuned_from` (transformers keeps
+    keys it does not know)."""
+    config, eot = model.config, tokenizer.eot_id
+    files = {
+        CONFIG: {**hf.config_json(config, eot),
+                 **({"finetuned_from": finetuned_from} if finetuned_from else {})},  # fmt: skip
+        # A batch pads with end-of-text, which ends a reply anyway.
+        GENERATION: {"bos_token_id": eot, "eos_token_id": eot, "pad_token_id": eot},
+        TOKENIZER_CONFIG: tokenizer_config(tokenizer, config.block_size),
+    }
+    with atomic.staged_dir(dest, what="the exported model") as stage:
         tensors = hf.to_hf(config, export_weights(model))
         safetensors.torch.save_file(tensors, str(stage / WEIGHTS), metadata={"format": "pt"})
-        hf_config.save_pretrained(stage)
-        generation.save_pretrained(stage)
-        hf_tokenizer.save_pretrained(stage)
+        for name, content in files.items():
+            (stage / name).write_text(json.dumps(content, indent=2, sort_keys=True) + "\n")
+        tokenizer.to_hf().save(str(stage / TOKENIZER))
+
+
+def tokenizer_config(tokenizer: Tokenizer, block_size: int) -> dict[str, Any]:
+    """`tokenizer_config.json`: AutoTokenizer's class for a bare `tokenizer.json` (transformers
+    4 and 5 both know PreTrainedTokenizerFast; 5 names it TokenizersBackend too), the context
+    window as its `model_max_length`, and end-of-text as its BOS and EOS where there is one."""
+    special = {} if tokenizer.eot_id is None else {"bos_token": ENDOFTEXT, "eos_token": ENDOFTEXT}
+    return {"tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": block_size,
+            **special}  # fmt: skip
 
 
 def load_export(src: Path, device: str = "cpu") -> tuple[GPT, Tokenizer]:

@@ -35,8 +35,8 @@ EMBEDDINGS = ("transformer.wte", "transformer.wpe")
 LINEARS = ("c_attn", "c_proj", "c_fc")  # GPT-2 holds these as Conv1D
 
 
-# The transformers config class of each architecture.
-CONFIG_CLASSES = {"GPTNeoXForCausalLM": "GPTNeoXConfig", "GPT2LMHeadModel": "GPT2Config"}
+# transformers' `model_type` of each architecture: the key its Auto classes dispatch on.
+MODEL_TYPES = {"GPTNeoXForCausalLM": "gpt_neox", "GPT2LMHeadModel": "gpt2"}
 
 
 def architecture(config: GPTConfig) -> str:
@@ -44,8 +44,18 @@ def architecture(config: GPTConfig) -> str:
     return "GPTNeoXForCausalLM" if config.position == "rope" else "GPT2LMHeadModel"
 
 
-def hf_config(config: GPTConfig, eot_id: int | None) -> dict[str, Any]:
-    """The keyword arguments of the transformers config (GPTNeoXConfig or GPT2Config)."""
+def config_json(config: GPTConfig, eot_id: int | None) -> dict[str, Any]:
+    """`config.json` of the architecture: the keys of transformers' GPTNeoXConfig or GPT2Config
+    that describe our model; every other key loads as the class's default, which is what
+    `save_pretrained` would have written for it. (No `transformers_version`: it names the
+    writer, and the writer is not transformers.)"""
+    arch = architecture(config)
+    return {"architectures": [arch], "model_type": MODEL_TYPES[arch], "dtype": "float32",
+            **_config_keys(config, eot_id)}  # fmt: skip
+
+
+def _config_keys(config: GPTConfig, eot_id: int | None) -> dict[str, Any]:
+    """The keys of the architecture's config that describe our model."""
     special = {"bos_token_id": eot_id, "eos_token_id": eot_id}
     if config.position == "rope":
         return dict(
@@ -83,7 +93,7 @@ def hf_config(config: GPTConfig, eot_id: int | None) -> dict[str, Any]:
 
 
 def gpt_config(hf: dict[str, Any], bias: bool) -> GPTConfig:
-    """Our GPTConfig from a `config.json` this module's `hf_config` wrote; ValueError naming
+    """Our GPTConfig from a `config.json` this module's `config_json` wrote; ValueError naming
     the key if it describes a model gpt/models/model.py does not build."""
     kind = hf.get("model_type")
     activation = {v: k for k, v in ACTIVATIONS.items()}

@@ -60,10 +60,10 @@ def read(folder: Path) -> Pretrained:
     """Read the model in `folder`; every way it can be unusable is one InputError line."""
     hf_config = read_config(folder)
     arch = (hf_config.get("architectures") or [None])[0]
-    if arch is not None and arch not in hf.CONFIG_CLASSES:
+    if arch is not None and arch not in hf.MODEL_TYPES:
         raise InputError(f"{FLAG}: {folder}: architecture {arch} (model_type "
                          f"{hf_config.get('model_type')!r}) is not one this project builds "
-                         f"({' or '.join(hf.CONFIG_CLASSES)})")
+                         f"({' or '.join(hf.MODEL_TYPES)})")
     files = sorted(folder.glob("*.safetensors"))
     if not files:
         raise InputError(f"{FLAG}: {folder}: no *.safetensors weights (a pickled "

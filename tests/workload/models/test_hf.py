@@ -18,8 +18,9 @@ from support.models import CORPUS, PROMPTS, peaked
 from support.runs import TINY_MODEL, TINY_TWO_BLOCKS
 
 from gpt.config.configs import SamplingConfig
-from gpt.data.tokenizer import CharTokenizer, GPT2Tokenizer, Tokenizer
+from gpt.data.tokenizer import ENDOFTEXT, CharTokenizer, GPT2Tokenizer, Tokenizer
 from gpt.generation.sampling import generate
+from gpt.models import hf
 from gpt.models.export import load_export, save_export
 from gpt.models.model import GPT, GPTConfig
 
@@ -117,6 +118,37 @@ def test_the_files_are_the_ecosystems(tmp_path):
         assert "lm_head.weight" not in f.keys()
         assert f.get_tensor("gpt_neox.embed_in.weight").shape == (tokenizer.vocab_size,
                                                                     TINY_MODEL["n_embd"])
+
+
+@pytest.mark.parametrize("position, kind", [("rope", "gpt2"), ("learned", "char")])
+def test_the_files_load_as_the_ones_transformers_save_pretrained_writes(tmp_path, position,
+                                                                        kind):  # fmt: skip
+    """save_export writes the JSON itself (transformers is a 1.5 s import): loaded by
+    transformers, its config, generation config and tokenizer are those that transformers' own
+    classes, built from the same values, write with save_pretrained."""
+    tokenizer = compact() if kind == "gpt2" else CharTokenizer.fit([CORPUS])
+    config = GPTConfig(**TINY_MODEL, position=position, vocab_size=tokenizer.vocab_size)
+    _, ours = export(tmp_path, config, tokenizer)
+    theirs, eot = tmp_path / "theirs", tokenizer.eot_id
+    config_class = {"rope": transformers.GPTNeoXConfig, "learned": transformers.GPT2Config}
+    saved = config_class[position](**hf._config_keys(config, eot),
+                                   architectures=[hf.architecture(config)], dtype="float32")
+    saved.save_pretrained(theirs)
+    transformers.GenerationConfig(bos_token_id=eot, eos_token_id=eot,
+                                  pad_token_id=eot).save_pretrained(theirs)  # fmt: skip
+    special = {} if eot is None else {"eos_token": ENDOFTEXT, "bos_token": ENDOFTEXT}
+    transformers.PreTrainedTokenizerFast(tokenizer_object=tokenizer.to_hf(),
+                                         model_max_length=config.block_size,
+                                         **special).save_pretrained(theirs)  # fmt: skip
+
+    def loaded(path: Path) -> tuple:
+        cfg = transformers.AutoConfig.from_pretrained(path).to_dict()
+        del cfg["_name_or_path"], cfg["transformers_version"]
+        tok = transformers.AutoTokenizer.from_pretrained(path)
+        return (cfg, transformers.GenerationConfig.from_pretrained(path).to_dict(), type(tok),
+                tok.model_max_length, tok.special_tokens_map, tok.backend_tokenizer.to_str())
+
+    assert loaded(ours) == loaded(theirs)
 
 
 def test_a_model_in_the_earlier_format_gets_one_line_saying_what_to_do(tmp_path):
