@@ -51,7 +51,8 @@ def train_gpt(
     (components/step/knobs.py), and -1 leaves a flag unset.
 
     Args:
-        metrics: The run's final and best losses, tokens/s, steps.
+        metrics: The run's final and best losses, tokens/s, steps; for a fine-tuned run, what it
+            started from (init_from, init_from_revision, init_from_weights_sha256).
         report: metrics/report.md as HTML, its loss curve inlined.
 
     Returns:
@@ -64,12 +65,13 @@ def train_gpt(
     # Not written out name by name: that would be a second copy of the signature.
     knobs = dict(locals())
     del knobs["metrics"], knobs["report"]
-    from components.step.artifacts import train_metrics, train_report_html
+    from components.step.artifacts import train_metrics, train_provenance, train_report_html
     from components.step.dispatch import run_step
 
     step = run_step("train-gpt", knobs)
     for name, value in train_metrics(step.files).items():
         metrics.log_metric(name, value)
+    metrics.metadata.update(train_provenance(step.files))
     with open(report.path, "w") as f:
         f.write(train_report_html(step.run_id, step.files))
     return step.run_id

@@ -32,6 +32,8 @@ class Stage:
     """Run-directory files the component turns into KFP artifacts."""
     distributed: bool = False
     """Runs under torchrun (several processes per node, several nodes)."""
+    optional: tuple[RunFile, ...] = ()
+    """Run-directory files the component reads too where the run wrote them."""
 
     @property
     def runtime(self) -> str:
@@ -81,6 +83,7 @@ TRAIN_GPT = Stage(
     TrainConfig,
     (RunDir.train_jsonl, RunDir.report_md, RunDir.loss_png),
     distributed=True,
+    optional=(RunDir.init_from_json,),  # a fine-tuned run's (--init_from)
 )
 GENERATIVE_PROMPT = Stage(
     "generative-prompt",

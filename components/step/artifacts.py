@@ -27,6 +27,7 @@ TRAIN_JSONL = RunDir.train_jsonl.rel
 REPORT_MD = RunDir.report_md.rel
 LOSS_PNG = RunDir.loss_png.rel
 TRANSCRIPT_JSONL = RunDir.transcript_jsonl.rel
+INIT_FROM_JSON = RunDir.init_from_json.rel
 
 
 def _jsonl(data: bytes | None) -> list[dict[str, Any]]:
@@ -61,6 +62,19 @@ def train_metrics(files: dict[str, bytes]) -> dict[str, float]:
         "steps": last("step"),
     }
     return {k: float(v) for k, v in found.items() if v is not None}
+
+
+def train_provenance(files: dict[str, bytes]) -> dict[str, str]:
+    """What a fine-tuned run started from (metrics/init_from.json: the source, its Hub revision,
+    the weights' sha256), as the Metrics artifact's metadata beside the numbers; {} for a run
+    trained from scratch. KFP's scalar-metrics view shows numbers only; these show in the
+    artifact's details and in ML Metadata, where a lineage query reads them."""
+    if INIT_FROM_JSON not in files:
+        return {}
+    record = json.loads(files[INIT_FROM_JSON])
+    keys = {"init_from": "init_from", "revision": "init_from_revision",
+            "weights_sha256": "init_from_weights_sha256"}  # fmt: skip
+    return {ours: str(record[theirs]) for theirs, ours in keys.items() if record.get(theirs)}
 
 
 # How the metrics table shows each number: as people read them, not as `1.235e+04`.

@@ -211,7 +211,7 @@ def _run_local(
     from components.step.local_process import run_as_process
 
     run_as_process(stage, args, placement, say=say)
-    found = [rundir.path / out.rel for out in stage.outputs]
+    found = [rundir.path / out.rel for out in stage.outputs + stage.optional]
     return {str(p.relative_to(rundir.path)): p.read_bytes() for p in found if p.is_file()}
 
 
@@ -242,7 +242,8 @@ def _run_trainjob(
         stage=stage.name,
         runtime=stage.runtime,
         image=image,
-        command=container_command(str(rundir.path), rels),
+        command=container_command(str(rundir.path),
+                                  rels + [out.rel for out in stage.optional]),  # fmt: skip
         args=stage.command(args, torchrun=torchrun),
         env={"PYTHONUNBUFFERED": "1"},
         storage_secret=storage_secret,

@@ -60,7 +60,14 @@ def finetune(root: Path, run: str, *flags: str) -> int:
                       *as_flags(TINY_FINETUNE), *flags)  # fmt: skip
 
 
-def test_gpt2_from_the_hub_cache_fine_tunes_and_exports_as_gpt2(gpt2_root, offline, capsys):
+def test_gpt2_from_the_hub_cache_fine_tunes_and_exports_as_gpt2(gpt2_root, offline, tmp_path,
+                                                                capfd):  # fmt: skip
+    """Through the train-gpt component (its plain function, the local backend), whose Metrics
+    artifact records what the run started from beside the numbers."""
+    from kfp.dsl import HTML, Metrics
+
+    from components.train_gpt import train_gpt
+
     run = corpus(gpt2_root, "a", "--init_from", "gpt2")
     meta = DataMeta.read(run.meta_json)
     assert meta.init_from == "hf://openai-community/gpt2" and meta.max_vocab == 0
@@ -71,13 +78,21 @@ def test_gpt2_from_the_hub_cache_fine_tunes_and_exports_as_gpt2(gpt2_root, offli
     ids = np.fromfile(run.train_bin, dtype=np.uint16)
     assert np.array(tok.kept)[ids].tolist() == gpt2_encoding().encode_ordinary(text[:cut])
 
-    assert finetune(gpt2_root, "a", "--max_iters", "4") == 0
-    out = capsys.readouterr().out
+    metrics = Metrics(uri=str(tmp_path / "metrics"))
+    flags = {k: v for k, v in TINY_FINETUNE.items() if k != "device"}  # not a step parameter
+    train_gpt.python_func(run="a", root=str(gpt2_root), backend="local", init_from="gpt2",
+                          max_iters=4, metrics=metrics, report=HTML(uri=str(tmp_path / "r.html")),
+                          **flags)  # fmt: skip
+    out = capfd.readouterr().out
     assert f"init_from: hf://openai-community/gpt2 at {COMMIT}" in out
     assert "2 layers x 2 heads x 32 wide, context 16" in out  # the checkpoint's, cropped
     record = json.loads(run.init_from_json.read_text())
     assert record["init_from"] == "hf://openai-community/gpt2" and record["revision"] == COMMIT
     assert len(record["weights_sha256"]) == 64
+    assert metrics.metadata == {
+        **metrics.metadata, "steps": 4.0, "init_from": "hf://openai-community/gpt2",
+        "init_from_revision": COMMIT, "init_from_weights_sha256": record["weights_sha256"],
+    }  # fmt: skip
     assert f"fine-tuned from | hf://openai-community/gpt2 at revision {COMMIT}" in \
         run.report_md.read_text()
 

@@ -7,7 +7,14 @@ import json
 import re
 from html.parser import HTMLParser
 
-from components.step.artifacts import LOSS_PNG, REPORT_MD, TRAIN_JSONL, train_report_html
+from components.step.artifacts import (
+    INIT_FROM_JSON,
+    LOSS_PNG,
+    REPORT_MD,
+    TRAIN_JSONL,
+    train_provenance,
+    train_report_html,
+)
 from gpt.rundir.layout import RunDir
 from gpt.training import report
 
@@ -85,3 +92,16 @@ def test_a_curve_that_did_not_come_back_is_said_in_words(tmp_path) -> None:
     html = train_report_html("r", files)
     assert "<img" not in html and "<h1>" in html
     assert f"{LOSS_PNG} was not carried back" in html
+
+
+def test_a_fine_tuned_runs_start_becomes_metrics_metadata() -> None:
+    record = {"init_from": "hf://openai-community/gpt2", "revision": "abc", "weights_sha256": "f0"}
+    assert train_provenance({INIT_FROM_JSON: json.dumps(record).encode()}) == {
+        "init_from": "hf://openai-community/gpt2", "init_from_revision": "abc",
+        "init_from_weights_sha256": "f0",
+    }  # fmt: skip
+    # A local directory has no revision; a run from scratch has no record at all.
+    record = {"init_from": "/gpt/a/model", "revision": None, "weights_sha256": "f0"}
+    assert train_provenance({INIT_FROM_JSON: json.dumps(record).encode()}) == {
+        "init_from": "/gpt/a/model", "init_from_weights_sha256": "f0"}
+    assert train_provenance({}) == {}
