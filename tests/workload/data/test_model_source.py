@@ -1,7 +1,8 @@
 """Where --init_from's files come from (gpt/data/model_source.py): the Hub through a cache on
 the run root's volume (read offline here, from a cache laid out as huggingface_hub lays one
 out), each way the Hub can fail as one line, an s3:// prefix from moto's S3 server copied
-whole once, a local folder. Nothing reaches the network."""
+whole once, a gs:// prefix through the same object-store code (fsspec's in-memory filesystem
+standing in for gcsfs: no GCS server runs here), a local folder. Nothing reaches the network."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import pytest
 from huggingface_hub import errors
 from support.gpt2 import hub_cache
 
-from gpt.data import model_source
+from gpt.data import model_source, objectstore
 from gpt.data.model_source import MODEL_FILES, cache_dir, fetch, parse
 from gpt.errors import InputError
 
@@ -121,3 +122,20 @@ def test_an_s3_prefix_is_copied_whole_once(tmp_path, monkeypatch):
             fetch(f"s3://{BUCKET}/nothing/", tmp_path / "root", MODEL_FILES, say=said.append)
     assert not list((tmp_path / "root" / ".cache" / "init_from").glob(".*staging"))
     assert model_source.parse(uri).kind == "store"
+
+
+def test_a_gs_prefix_is_copied_by_the_object_stores_code(tmp_path, monkeypatch):
+    """gs:// is gpt/data/objectstore.py's, as s3:// is; fsspec's in-memory filesystem stands in
+    for gcsfs, as in tests/workload/data/test_objectstore.py."""
+    from fsspec.implementations.memory import MemoryFileSystem
+
+    memory = MemoryFileSystem(skip_instance_cache=True)
+    memory.store.clear()
+    monkeypatch.setattr(objectstore, "filesystem", lambda scheme, patience, fail: memory)
+    src = folder(tmp_path / "model")
+    for f in src.iterdir():
+        memory.pipe_file(f"/bucket/runs/a/model/{f.name}", f.read_bytes())
+    got = fetch("gs://bucket/runs/a/model", tmp_path / "root", MODEL_FILES)
+    assert {p.name: p.read_bytes() for p in got.path.iterdir()} == {
+        p.name: p.read_bytes() for p in src.iterdir()}
+    assert got.path.parent == tmp_path / "root" / ".cache" / "init_from"
