@@ -96,7 +96,8 @@ def test_an_evicted_trainjob_checkpoints_and_resumes_bit_identical(pvc, trainer_
     reference = {1: _weights(pvc, "whole-1"),
                  2: two_nodes_uninterrupted(tmp_path_factory, trainer_cluster, pvc)}
     for trial, (nodes, index) in enumerate([(1, 0), (2, 0), (2, 1)]):
-        step = rng.randrange(5, 180)
+        # Anywhere but the last 20 steps, which a stop could overrun: the run would end.
+        step = rng.randrange(5, STEPS["max_iters"] - 20)
         run = f"evicted-{trial}"
         write_data(pvc, run)
         evictor = _evict_at(trainer_cluster, run, index, step)
@@ -132,7 +133,7 @@ def _check_resumed(pvc: Path, run: str, job, step: int, nodes: int, reference: d
     with the uninterrupted run's weights."""
     first = job.pods[0].log  # node 0 of the first attempt: rank 0 says where it stopped
     stopped = re.search(r"stopped by (SIGTERM|a signal to another rank) at step (\d+) of "
-                        r"200, checkpoint written", first)  # fmt: skip
+                        rf"{STEPS['max_iters']}, checkpoint written", first)  # fmt: skip
     assert stopped, "node 0 never said where it stopped"
     at = int(stopped.group(2))
     assert at >= step, f"stopped at {at}, before the step shown ({step})"

@@ -25,7 +25,7 @@ TRAIN_FILES = [TRAIN_JSONL, REPORT_MD, LOSS_PNG]
 
 # A run long enough to be stopped anywhere in it, with a checkpoint halfway; a progress line
 # every step says where it is.
-STEPS = {"max_iters": 200, "eval_interval": 100, "ckpt_interval": 100, "log_interval": 1}
+STEPS = {"max_iters": 100, "eval_interval": 50, "ckpt_interval": 50, "log_interval": 1}
 
 
 def train_on_cluster(cluster, run: str, nodes: int, procs: int, image: str = "gpt-workload:t",
