@@ -23,6 +23,7 @@ BENCHMARKS = {
     "time_to_quality": "bench.time_to_quality",
     "vs_nanogpt": "bench.vs_nanogpt",
     "precision": "bench.precision",
+    "gpu_variants": "bench.gpu_variants",
     "step_memory": "bench.step_memory",
     "stop_checkpoint": "bench.stop_checkpoint",
     "finetune": "bench.finetune",

@@ -67,8 +67,8 @@ def check_fused_loss(fused: bool, device: torch.device) -> None:
     if device.type != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":
         raise InputError(f"--fused_loss true: a Triton kernel, for CUDA; this run is on "
                          f"{device.type} (leave --fused_loss false)")
-    try:
-        import triton  # noqa: F401  (CUDA builds of torch ship it)
+    try:  # here, not first inside the forward that torch.compile traces
+        import gpt.models.fused_loss  # noqa: F401  (Triton: CUDA builds of torch ship it)
     except ImportError as e:
         raise InputError(f"--fused_loss true: Triton is not installed here ({e})") from e
 
