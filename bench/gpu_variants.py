@@ -129,9 +129,10 @@ def measure(cfg, variant: Variant, cuda: bool) -> dict[str, Any]:
         if trainer.bf16 and trainer.peak_flops:
             row["mfu"] = trainer.model.flops_per_token() * row["tokens_per_s"] / trainer.peak_flops
             row["MFU"] = f"{row['mfu']:.1%}"
-        del trainer
-    finally:
+    finally:  # the model, its optimizer and its compiled code go before the next variant
+        trainer = step = None
         distributed.teardown(world)
+        torch._dynamo.reset()
         gc.collect()
         if cuda:
             torch.cuda.empty_cache()
