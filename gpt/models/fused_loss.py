@@ -21,6 +21,7 @@ Imported only where --fused_loss is on: the workload's CPU image has no Triton.
 from __future__ import annotations
 
 import os
+from functools import partial
 
 import torch
 import torch.nn.functional as F
@@ -91,15 +92,17 @@ def cross_entropy_rows(logits: torch.Tensor, targets: torch.Tensor, keep: torch.
     return losses
 
 
-def _fused_chunk(xc, weight, bias, yc, keep, scale, grad: bool):
+def _fused_chunk(xc, weight, bias, yc, keep, scale, grad: bool, low=None):
     """`gpt.models.loss._chunk`'s contract (the chunk's summed loss, and with `grad` the
     gradients of the loss's mean with respect to `xc` and `weight`), its cross-entropy in one
-    kernel that turns the chunk's logits into their gradient."""
-    logits = F.linear(xc, weight, bias)  # (rows, V), in autocast's type if on
+    kernel that turns the chunk's logits into their gradient. `low`: `weight` already in
+    autocast's type, for the matmuls (else autocast casts it again for each)."""
+    w = weight if low is None else low
+    logits = F.linear(xc, w, bias)  # (rows, V), in autocast's type if on
     total = cross_entropy_rows(logits, yc, keep, scale, grad).sum()
     if not grad:
         return total, None, None
-    return total, logits @ weight, logits.t() @ xc  # autocast casts as F.linear's backward
+    return total, logits @ w, logits.t() @ xc  # autocast casts as F.linear's backward
 
 
 @torch.compiler.disable  # the head runs eagerly: Dynamo need not trace a user Triton kernel
@@ -108,4 +111,11 @@ def fused_linear_cross_entropy(x: torch.Tensor, weight: torch.Tensor, bias: torc
                                rows: int | None = None) -> torch.Tensor:
     """`gpt.models.loss.linear_cross_entropy` with each chunk's cross-entropy in one Triton
     kernel: the mean cross-entropy of `F.linear(x, weight, bias)` against `targets`."""
-    return linear_cross_entropy(x, weight, bias, targets, ignore_index, rows, chunk=_fused_chunk)
+    low = None
+    device = x.device.type
+    if torch.is_autocast_enabled(device) and weight.dtype != torch.get_autocast_dtype(device):
+        # Cast once, not twice a chunk: the spelled embedding is no leaf, whose casts
+        # autocast would cache. The gradient still goes to `weight`, summed in float32.
+        low = weight.detach().to(torch.get_autocast_dtype(device))
+    return linear_cross_entropy(x, weight, bias, targets, ignore_index, rows,
+                                chunk=partial(_fused_chunk, low=low))

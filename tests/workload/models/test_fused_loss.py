@@ -136,3 +136,33 @@ def test_the_head_trains_as_the_chunked_loss_in_pytorch_ops(fused: ModuleType) -
     assert torch.count_nonzero(model.lm_head.weight.grad[67:]) == 0
     with torch.no_grad():
         torch.testing.assert_close(model(idx, targets=targets)[1], loss, atol=1e-5, rtol=1e-5)
+
+
+def test_under_autocast_the_head_computes_as_the_chunked_loss_does(fused: ModuleType) -> None:
+    """bf16 autocast (a GPU's training): the weight cast once for all chunks gives the very loss
+    and gradients of autocast's cast before each matmul; they are the chunked loss's PyTorch
+    ops' up to bf16 rounding (the logits' gradients, float32 in both, may round to bf16 a step
+    apart), and the weight's gradient is float32."""
+    from gpt.models.loss import linear_cross_entropy
+
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(ROWS, 24, generator=g, requires_grad=True)
+    weight = (torch.randn(PADDED, 24, generator=g) * 0.5).requires_grad_()
+    _, targets = _logits()
+    mask = F.pad(torch.zeros(VOCAB), (0, PADDED - VOCAB), value=float("-inf"))
+
+    def cast_each_time(*args, **kwargs):
+        return linear_cross_entropy(*args, **kwargs, chunk=fused._fused_chunk)
+
+    found = []
+    for loss_of in (fused.fused_linear_cross_entropy, cast_each_time, linear_cross_entropy):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            loss = loss_of(x, weight, mask, targets, rows=16)  # 37 rows: 3 chunks
+        found.append((loss, *torch.autograd.grad(loss, (x, weight))))
+    (ours, *grads), (each_time, *each_grads), (chunked, *chunked_grads) = found
+    assert torch.equal(ours, each_time)
+    assert all(torch.equal(a, b) for a, b in zip(grads, each_grads, strict=True))
+    assert grads[1].dtype == torch.float32
+    torch.testing.assert_close(ours, chunked, atol=1e-5, rtol=1e-5)
+    for a, b in zip(grads, chunked_grads, strict=True):  # two bf16 steps of the largest
+        torch.testing.assert_close(a, b, atol=b.abs().max().item() * 2**-6, rtol=0)
