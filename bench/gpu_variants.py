@@ -17,8 +17,8 @@ of the losses and of the gradient, and each one's time.
 Shapes: on CUDA GPT-2 124M compiled, bf16 (the Trainer's defaults there). On a CPU a check that
 the code runs, not a measurement: a tiny model on the comedy's characters, eager, the fused loss
 in Triton's interpreter (TRITON_INTERPRET=1, set here before Triton is imported).
-Each variant's row is also printed as a line as it ends (`gpu_variants: {...}`), so a call cut
-short keeps what finished in its log.
+Each variant's row is written to the results (and printed, `gpu_variants: {...}`) as it ends,
+so a call cut short keeps what finished.
 """
 
 from __future__ import annotations
@@ -195,7 +195,7 @@ def interpret_off_cuda(cuda: bool) -> bool:
     return True
 
 
-def run(quick: bool) -> Result:
+def run(quick: bool, results: Path | None = None) -> Result:
     import torch
 
     from bench.train_speed import _fresh_compile_cache
@@ -230,7 +230,10 @@ def run(quick: bool) -> Result:
             result.rows.append(row)
             print(f"gpu_variants: {json.dumps({k: v for k, v in row.items() if k != 'losses'})}",
                   flush=True)
-    compare(result.rows)
+            compare(result.rows)
+            if results is not None:
+                result.settings["quick"] = quick
+                result.write(results)
     return result
 
 

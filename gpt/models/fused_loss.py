@@ -114,8 +114,8 @@ def fused_linear_cross_entropy(x: torch.Tensor, weight: torch.Tensor, bias: torc
     low = None
     device = x.device.type
     if torch.is_autocast_enabled(device) and weight.dtype != torch.get_autocast_dtype(device):
-        # Cast once, not twice a chunk: the spelled embedding is no leaf, whose casts
-        # autocast would cache. The gradient still goes to `weight`, summed in float32.
+        # Cast once, not twice a chunk: autocast caches the casts of leaf tensors only, and
+        # the spelled embedding is none. The gradient still goes to `weight`, in float32.
         low = weight.detach().to(torch.get_autocast_dtype(device))
     return linear_cross_entropy(x, weight, bias, targets, ignore_index, rows,
                                 chunk=partial(_fused_chunk, low=low))

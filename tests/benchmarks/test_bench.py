@@ -269,6 +269,27 @@ def test_gpu_variants_compares_with_the_default_and_picks_flags_that_win(tmp_pat
     assert gpu_variants.winners(tmp_path / "r.json") == {"fused_loss": True}
 
 
+def test_gpu_variants_writes_each_variant_as_it_ends(tmp_path, monkeypatch):
+    """A call that ends inside a variant (its compile outlasting the step's limit) keeps the
+    variants before it, compared with the default."""
+    from bench import gpu_variants
+
+    monkeypatch.setattr(gpu_variants, "interpret_off_cuda", lambda cuda: True)  # no env set
+    monkeypatch.setattr(gpu_variants, "kernel_check", lambda cuda: {"loss_gap": 0.0})
+
+    def measure(cfg, variant, cuda):
+        if variant.flags:
+            raise RuntimeError("cut short")
+        return {"variant": variant.label, "flags": {}, "tokens_per_s": 10.0, "losses": [1.0]}
+
+    monkeypatch.setattr(gpu_variants, "measure", measure)
+    with pytest.raises(RuntimeError, match="cut short"):
+        main(["--results", str(tmp_path), "gpu_variants"])
+    doc = json.loads((tmp_path / "gpu_variants.json").read_text())
+    assert [row["variant"] for row in doc["rows"]] == ["default"]
+    assert doc["rows"][0]["vs default"] == "1.000x" and doc["settings"]["kernel_check"]
+
+
 def test_the_corpus_benchmark_measures_speed_and_peak_memory_next_to_raw_tiktoken(
     tmp_path, monkeypatch
 ):
