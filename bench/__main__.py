@@ -2,12 +2,15 @@
 
 Each benchmark module has `run(quick) -> Result`; results land in `bench/results/<name>.json`
 and the summary in `bench/results/summary.md`. Benchmarks report; they never fail on a number.
+One whose `run` also takes `results` (the folder) writes its rows there as it goes, so a run cut
+short keeps them (bench/gpu_variants.py, whose last variant may outlast its call).
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import inspect
 import time
 from pathlib import Path
 
@@ -23,6 +26,7 @@ BENCHMARKS = {
     "time_to_quality": "bench.time_to_quality",
     "vs_nanogpt": "bench.vs_nanogpt",
     "precision": "bench.precision",
+    "gpu_variants": "bench.gpu_variants",
     "step_memory": "bench.step_memory",
     "stop_checkpoint": "bench.stop_checkpoint",
     "finetune": "bench.finetune",
@@ -44,7 +48,9 @@ def main(argv: list[str] | None = None) -> None:
     for name in names:
         print(f"bench: {name} ...", flush=True)
         t0 = time.perf_counter()
-        result = importlib.import_module(BENCHMARKS[name]).run(args.quick)
+        run = importlib.import_module(BENCHMARKS[name]).run
+        as_it_goes = "results" in inspect.signature(run).parameters
+        result = run(args.quick, results=args.results) if as_it_goes else run(args.quick)
         result.settings["quick"] = args.quick
         path = result.write(args.results)
         table = result.markdown()

@@ -1,20 +1,27 @@
 #!/usr/bin/env bash
-# The GPU measurements of issue 35 (speed and memory at GPT-2 124M against nanoGPT) in one
-# call to a GPU machine, in order of what matters most, each benchmark's results written as it
-# ends (so a call cut short keeps what finished):
-#   1. vs_nanogpt: the six cases of the issue's table (304 s on an H200 at 3d8943e);
-#   2. precision: float32, bfloat16 with the whole logits and with the chunked loss, 50 steps
-#      each (two runs took 111 s; three: about 165 s);
-#   3. step_memory --quick: one step's peak memory, nanoGPT, ours whole and chunked, eager, at
-#      16 x 1024 (about 40 s).
-# About 8.5 minutes in all: give the call timeout_s 600.
+# The GPU measurements of issue 47 in one call of at most 9 minutes (the device tool's
+# timeout_s 600), in order of what decides most, each benchmark's results written as it ends:
+#   1. gpu_variants: the fused loss's kernel against F.cross_entropy on one chunk of GPT-2's
+#      logits, then each variant A/B against the default in one process at 64 x 1, 41
+#      iterations each: --fused_loss, and Inductor's max-autotune-no-cudagraphs (bench-only; its
+#      compile takes minutes, so it runs last and the step's limit may cut it). At most 240 s.
+#   2. vs_nanogpt at 64 x 1: nanoGPT, ours default and ours with GPT-2's choices, ours with
+#      the train-gpt flags that won in 1 by at least 1% (BENCH_OURS_FLAGS). Three of the six
+#      cases: all six took 390 s on an H200 at 15e2df4, more than is left after 1. About 190 s.
+#   3. precision --quick: float32, bf16 chunked and bf16 fused loss, 50 iterations each (about
+#      150 s: three took 147 s at 15e2df4).
+# A step starts only if its usual time fits in what is left of GPU_SESSION_BUDGET_S (540 s),
+# and stops at its limit, so the call ends within the budget with what finished; a step left
+# out says so, and how to run it in a call of its own.
 #
 # Here, beside ../shared, first (the GPU machine gets the checkout alone):
 #   bash bench/gpu_session.sh prepare
 # then on the GPU machine, in the checkout (the device tool: carry [".gpu-shared"]):
-#   bash bench/gpu_session.sh
+#   bash bench/gpu_session.sh                 # the three steps above
+#   bash bench/gpu_session.sh vs_nanogpt      # or named benchmarks alone, whole: here the six
+#                                             # cases (with 1's winners if its results are there)
 # Results: $OUT/gpu-results/ (the device tool brings $OUT back), else bench/results/gpu/.
-# Copy them into bench/results/, then fill the H100/H200 column of bench/speed_trials.md.
+# Copy them into ../shared/gpu-results/<date>-<gpu>/, then fill bench/speed_trials.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -36,11 +43,53 @@ results="${results:-bench/results/gpu}"
 mkdir -p "$results"
 export GPT_SHARED="${GPT_SHARED:-.gpu-shared}"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true
+budget="${GPU_SESSION_BUDGET_S:-540}"
 failed=()
-for bench in vs_nanogpt precision "step_memory --quick"; do
-    # shellcheck disable=SC2086  # "step_memory --quick" is a name and its flag
-    "$python" -m bench --results "$results" $bench 2>&1 | tee -a "$results/session.log" \
-        || failed+=("$bench")  # the others still run
-done
-echo "gpu_session: done; results in $results${failed:+; failed: ${failed[*]}}"
+
+say() { echo "gpu_session: $*" | tee -a "$results/session.log"; }
+
+# step NEED LIMIT [NAME=VALUE ...] -- BENCHMARK [FLAGS]: `python -m bench` of one benchmark, if
+# NEED seconds are left of the budget, stopped after LIMIT seconds (or what is left).
+step() {
+    local need=$1 limit=$2 settings=() left status
+    shift 2
+    while [[ "$1" != "--" ]]; do settings+=("$1"); shift; done
+    shift
+    left=$((budget - SECONDS))
+    if ((left < need)); then
+        say "$* left out: it takes about $need s, $left s of the budget are left;" \
+            "run it in a call of its own: bash bench/gpu_session.sh $1"
+        return 0
+    fi
+    ((limit <= left)) || limit=$left
+    say "$* (at most $limit s) ..."
+    status=0
+    env ${settings[@]+"${settings[@]}"} timeout --kill-after=15 "$limit" \
+        "$python" -m bench --results "$results" "$@" 2>&1 | tee -a "$results/session.log" \
+        || status=$?
+    if ((status == 124 || status == 137)); then
+        say "$* stopped at its limit of $limit s; what it printed is in session.log"
+    fi
+    ((status == 0)) || failed+=("$*")  # the others still run
+}
+
+# The train-gpt flags of the variants that won (none before gpu_variants has run).
+winners() {
+    "$python" -m bench.gpu_variants winners "$results/gpu_variants.json" 2>/dev/null || echo '{}'
+}
+
+if (($#)); then
+    for name in "$@"; do
+        if [[ "$name" == vs_nanogpt ]]; then
+            step 0 "$budget" "BENCH_OURS_FLAGS=$(winners)" -- vs_nanogpt
+        else
+            step 0 "$budget" -- "$name"
+        fi
+    done
+else
+    step 120 240 -- gpu_variants
+    step 170 230 BENCH_SPLITS=64 "BENCH_OURS_FLAGS=$(winners)" -- vs_nanogpt
+    step 140 "$budget" -- precision --quick
+fi
+say "done in $SECONDS s; results in $results${failed[*]:+; failed: ${failed[*]}}"
 [[ ${#failed[@]} -eq 0 ]]

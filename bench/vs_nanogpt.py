@@ -23,11 +23,15 @@ this project with its default model (rope, relu2, spelled embedding) and with GP
 without bias and dropout, as nanoGPT's defaults.
 
 nanoGPT and the plays come from ../shared (or the folder GPT_SHARED names, e.g. a copy carried
-to a GPU machine).
+to a GPU machine). Two settings for bench/gpu_session.sh, which has one short call for all it
+measures: BENCH_SPLITS, the CUDA micro-batches to run (e.g. `64`: the three 64 x 1 cases; unset:
+16 and 64), and BENCH_OURS_FLAGS, train-gpt flags every case of ours gets, as a JSON object (the
+variants that won in bench/gpu_variants.py, e.g. `{"fused_loss": true}`).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import pickle
 import re
@@ -95,6 +99,8 @@ def cases(shape: Shape, quick: bool) -> list[Case]:
         return [Case("nanogpt", "nanoGPT", n), Case("ours", "ours, GPT-2 choices", n, GPT2_CHOICES),
                 Case("ours", "ours, default model", n)]
     splits = [16, 64] if not quick else [16]
+    if os.environ.get("BENCH_SPLITS"):
+        splits = [int(m) for m in os.environ["BENCH_SPLITS"].split(",")]
     found = [Case("nanogpt", f"nanoGPT {m} x {n // m}", m) for m in splits]
     for m in splits:
         found += [Case("ours", f"ours default {m} x {n // m}", m),
@@ -124,6 +130,14 @@ def nanogpt_argv(flags: dict[str, Any]) -> list[str]:
     return [sys.executable, "train.py", *(f"--{k}={v}" for k, v in flags.items())]
 
 
+def ours_flags() -> dict[str, Any]:
+    """BENCH_OURS_FLAGS: the train-gpt flags every case of ours gets (none when unset)."""
+    flags = json.loads(os.environ.get("BENCH_OURS_FLAGS") or "{}")
+    if not isinstance(flags, dict):
+        raise ValueError(f"BENCH_OURS_FLAGS {flags!r}: must be a JSON object of train-gpt flags")
+    return flags
+
+
 def ours_command(shape: Shape, case: Case, root: Path, run: str) -> list[str]:
     cuda = shape.device == "cuda"
     flags = {
@@ -134,7 +148,7 @@ def ours_command(shape: Shape, case: Case, root: Path, run: str) -> list[str]:
         "warmup_iters": shape.steps // 4, "time_budget": 0, "eval_interval": shape.steps,
         "eval_iters": 1, "ckpt_interval": shape.steps, "log_interval": LOG_INTERVAL,
         "dropout": 0.0,
-        "bias": False, "resume": "never", **case.flags,
+        "bias": False, "resume": "never", **ours_flags(), **case.flags,
     }  # fmt: skip
     return [sys.executable, "-m", "gpt", "train-gpt", *to_args(flags)]
 
@@ -280,7 +294,8 @@ def run(quick: bool) -> Result:
         "vs_nanogpt",
         {"shape": {k: v for k, v in vars(shape).items()}, "nanogpt": str(NANOGPT),
          "device_name": name or "cpu", "peak_flops": peak,
-         "threads": os.environ.get("OMP_NUM_THREADS", "one per core (each trainer's default)")},
+         "threads": os.environ.get("OMP_NUM_THREADS", "one per core (each trainer's default)"),
+         "ours_flags": ours_flags()},
         ["case", "tokens/s", "vs nanoGPT", "first step", "peak memory", *(["MFU"] if peak else [])],
     )
     with tempfile.TemporaryDirectory(prefix="vs-nanogpt-") as tmp:

@@ -343,6 +343,10 @@ class TrainConfig(InitFromConfig, SeedConfig, ModelConfig, RunConfig):
     """Compute the loss a chunk of positions at a time, never holding the whole (micro-batch,
     context, vocabulary) logits (unset: on a GPU, where they are an iteration's largest tensors;
     not on a CPU, whose runs keep their bits: the chunks sum in another order)."""
+    fused_loss: bool = False
+    """Compute each chunk's cross-entropy, its loss and its gradient, in one Triton kernel
+    (gpt/models/fused_loss.py) instead of PyTorch's ops: CUDA only, and with the chunked loss
+    (unset --chunked_loss means it then). Off until measured (bench/speed_trials.md)."""
     export_uri: str = ""
     """Also copy the finished model/ to this object-store prefix (s3://bucket/prefix, e.g. for
     KServe's storageUri, or gs://...) after it is written locally; its manifest gpt-export.json
@@ -385,6 +389,9 @@ class TrainConfig(InitFromConfig, SeedConfig, ModelConfig, RunConfig):
                 raise ValueError(f"--{name} {getattr(self, name)}: must be >= 0")
         if self.export_uri:
             check_uri(self.export_uri, "--export_uri")
+        if self.fused_loss and self.chunked_loss is False:
+            raise ValueError("--fused_loss true: computes the chunked loss; leave --chunked_loss "
+                             "unset or true")
 
     def _finetuning_or_default(self) -> None:
         """The schedule's unset flags: the fine-tuning recipe with --init_from, else training

@@ -63,7 +63,7 @@ def _chunk(xc, weight, bias, yc, keep, scale, grad: bool):
 
 class _LinearCrossEntropy(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x, weight, bias, targets, ignore_index: int, rows: int, grad: bool):
+    def forward(ctx, x, weight, bias, targets, ignore_index: int, rows: int, grad: bool, chunk):
         valid = targets != ignore_index  # (N,)
         count = valid.sum()
         total = torch.zeros((), dtype=torch.float32, device=x.device)
@@ -73,7 +73,7 @@ class _LinearCrossEntropy(torch.autograd.Function):
             part = slice(start, start + rows)
             keep = valid[part]
             yc = torch.where(keep, targets[part], 0)  # an ignored row's target: any id
-            loss, gx, gw = _chunk(x[part], weight, bias, yc, keep, 1 / count, grad)
+            loss, gx, gw = chunk(x[part], weight, bias, yc, keep, 1 / count, grad)
             total += loss
             if grad:
                 grad_x[part] = gx
@@ -87,18 +87,21 @@ class _LinearCrossEntropy(torch.autograd.Function):
     def backward(ctx, grad_loss):
         grad_x, grad_w = ctx.saved_tensors
         return (grad_x * grad_loss.to(grad_x.dtype), (grad_w * grad_loss).to(ctx.weight_dtype),
-                None, None, None, None, None)
+                None, None, None, None, None, None)
 
 
 def linear_cross_entropy(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
                          targets: torch.Tensor, ignore_index: int = -100,
-                         rows: int | None = None) -> torch.Tensor:
+                         rows: int | None = None, chunk=None) -> torch.Tensor:
     """Mean cross-entropy of the logits `F.linear(x, weight, bias)` of `x` (N, C) against
     `targets` (N,), positions whose target is `ignore_index` left out, computed `rows`
     positions at a time (default `rows_per_chunk`). `bias` (V,) is a constant (no gradient):
-    the model's padding mask, -inf on the ids no tokenizer emits."""
+    the model's padding mask, -inf on the ids no tokenizer emits. `chunk`: what computes a
+    chunk, `_chunk`'s contract (default `_chunk`; --fused_loss: gpt/models/fused_loss.py's
+    Triton kernel)."""
     if bias is not None and bias.requires_grad:
         raise ValueError("linear_cross_entropy: the bias must be a constant (no gradient)")
     rows = rows or rows_per_chunk(weight.size(0))
     grad = torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad)
-    return _LinearCrossEntropy.apply(x, weight, bias, targets, ignore_index, rows, grad)
+    return _LinearCrossEntropy.apply(x, weight, bias, targets, ignore_index, rows, grad,
+                                     chunk or _chunk)

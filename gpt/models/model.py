@@ -257,6 +257,10 @@ class GPT(nn.Module):
     and their float32 copies are a training iteration's largest tensors (13.2 GB each at
     GPT-2's shape, 64 sequences a micro-batch); not on a CPU, whose runs keep their bits (the
     chunks sum in another order) and whose small vocabularies gain nothing from it."""
+    fused_loss: bool = False
+    """Whether that chunked loss computes each chunk's cross-entropy in one Triton kernel
+    (gpt/models/fused_loss.py, train-gpt's --fused_loss; CUDA only): then the loss is chunked
+    whatever `chunked_loss` says."""
 
     def __init__(self, config: GPTConfig, spelling: Spelling | None = None) -> None:
         super().__init__()
@@ -397,9 +401,11 @@ class GPT(nn.Module):
         chunked = self.chunked_loss
         if chunked is None:
             chunked = x.device.type == "cuda"
-        if targets is not None and chunked:
-            loss = linear_cross_entropy(x.view(B * T, -1), embedding, self.logit_mask,
-                                        targets.view(-1))
+        if targets is not None and (chunked or self.fused_loss):
+            loss_of = linear_cross_entropy
+            if self.fused_loss:  # imported only here: Triton, which the CPU image lacks
+                from gpt.models.fused_loss import fused_linear_cross_entropy as loss_of
+            loss = loss_of(x.view(B * T, -1), embedding, self.logit_mask, targets.view(-1))
             return None, loss
         logits = F.linear(x, embedding, self.logit_mask)  # (B, T, padded vocab)
         loss = None

@@ -59,6 +59,20 @@ def autocast(bf16: bool, device: torch.device) -> contextlib.AbstractContextMana
     return torch.autocast(device.type, dtype=torch.bfloat16) if bf16 else contextlib.nullcontext()
 
 
+def check_fused_loss(fused: bool, device: torch.device) -> None:
+    """Refuse --fused_loss where Triton cannot run its kernel: off CUDA (but in Triton's CPU
+    interpreter, TRITON_INTERPRET=1, which the tests use), or without Triton."""
+    if not fused:
+        return
+    if device.type != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":
+        raise InputError(f"--fused_loss true: a Triton kernel, for CUDA; this run is on "
+                         f"{device.type} (leave --fused_loss false)")
+    try:  # here, not first inside the forward that torch.compile traces
+        import gpt.models.fused_loss  # noqa: F401  (Triton: CUDA builds of torch ship it)
+    except ImportError as e:
+        raise InputError(f"--fused_loss true: Triton is not installed here ({e})") from e
+
+
 def device_memory(device: torch.device) -> int:
     """The memory training on `device` may use: a GPU's, or the machine's RAM for a CPU (0
     where it is not known)."""
@@ -94,7 +108,7 @@ def check_memory(model: GPT, cfg: TrainConfig, world: World, micro_batch: int) -
     micro-batch keeps for backward (estimated by `training_bytes`)."""
     total = device_memory(world.device)
     cuda = world.device.type == "cuda"
-    chunked = cuda if cfg.chunked_loss is None else cfg.chunked_loss
+    chunked = cfg.fused_loss or (cuda if cfg.chunked_loss is None else cfg.chunked_loss)
     need = training_bytes(model, micro_batch, use_bf16(cfg.dtype, world.device), chunked, cuda)
     if total and need > total:
         raise InputError(

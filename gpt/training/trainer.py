@@ -44,7 +44,13 @@ from gpt.stages import TRAIN_GPT
 from gpt.training import checkpoint, faults, report
 from gpt.training.checkpoint import CheckpointState
 from gpt.training.checkpointer import Checkpointer
-from gpt.training.compute import autocast, build_training_model, check_memory, use_bf16
+from gpt.training.compute import (
+    autocast,
+    build_training_model,
+    check_fused_loss,
+    check_memory,
+    use_bf16,
+)
 from gpt.training.divergence import Divergence
 from gpt.training.ema import WeightAverage
 from gpt.training.evaluation import Evaluator
@@ -108,6 +114,7 @@ def build_model(cfg: TrainConfig, data: TokenData, saved: CheckpointState | None
                            free_vectors(data.train_counts))
     model = GPT(resolved.model, spelling)
     model.chunked_loss = cfg.chunked_loss
+    model.fused_loss = cfg.fused_loss
     if start is not None:
         load_unpadded(model, pretrained.initial_weights(start.model, resolved.model, start.rows))
     return model, resolved.ema_decay
@@ -183,6 +190,7 @@ class Trainer:
         """Noted signals; `fit` answers one at the next iteration's end
         (gpt/training/stopping.py)."""
         self.device = world.device
+        check_fused_loss(cfg.fused_loss, self.device)
         self.data = TokenData.load(self.rundir)
         self.data.check_block_size(cfg.block_size)
         self.micro_batch = self._micro_batch_size()

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shlex
 import shutil
 import subprocess
 import sys
@@ -235,6 +234,62 @@ def test_on_cuda_both_trainers_get_gpt2_124m_at_the_same_tokens_per_step(tmp_pat
     assert splits == {(t, m) for t in ("nanogpt", "ours") for m in (16, 64)}
 
 
+def test_the_gpu_session_s_vs_nanogpt_takes_one_split_and_the_winning_flags(tmp_path,
+                                                                           monkeypatch):
+    from bench import vs_nanogpt
+    from gpt.config.cli import parse_config
+    from gpt.config.configs import TrainConfig
+
+    monkeypatch.setenv("BENCH_SPLITS", "64")
+    monkeypatch.setenv("BENCH_OURS_FLAGS", '{"fused_loss": true}')
+    shape = vs_nanogpt.shape_for(cuda=True, quick=False)
+    found = vs_nanogpt.cases(shape, quick=False)
+    assert [c.label for c in found] == ["nanoGPT 64 x 1", "ours default 64 x 1",
+                                        "ours GPT-2 choices 64 x 1"]
+    for case in found[1:]:
+        argv = vs_nanogpt.ours_command(shape, case, tmp_path, "r")
+        assert parse_config(TrainConfig, argv[4:], "train-gpt", "").fused_loss is True
+    monkeypatch.setenv("BENCH_OURS_FLAGS", "[1]")
+    with pytest.raises(ValueError, match="BENCH_OURS_FLAGS"):
+        vs_nanogpt.ours_flags()
+
+
+def test_gpu_variants_compares_with_the_default_and_picks_flags_that_win(tmp_path):
+    from bench import gpu_variants
+
+    rows = [{"flags": {}, "tokens_per_s": 100.0, "losses": [10.0, 8.0]},
+            {"flags": {"fused_loss": True}, "tokens_per_s": 103.0, "losses": [10.0, 8.08]},
+            {"flags": {}, "tokens_per_s": 150.0, "losses": [10.0, 8.0]},  # inductor: no flag
+            {"flags": {"other": 1}, "tokens_per_s": 100.5, "losses": [10.1, 8.0]}]
+    gpu_variants.compare(rows)
+    assert [r["vs default"] for r in rows] == ["1.000x", "1.030x", "1.500x", "1.005x"]
+    assert rows[1]["largest_loss_gap"] == pytest.approx(0.01)
+    assert rows[3]["largest loss gap to the default"] == "1.000%"
+    (tmp_path / "r.json").write_text(json.dumps({"rows": rows}))
+    assert gpu_variants.winners(tmp_path / "r.json") == {"fused_loss": True}
+
+
+def test_gpu_variants_writes_each_variant_as_it_ends(tmp_path, monkeypatch):
+    """A call that ends inside a variant (its compile outlasting the step's limit) keeps the
+    variants before it, compared with the default."""
+    from bench import gpu_variants
+
+    monkeypatch.setattr(gpu_variants, "interpret_off_cuda", lambda cuda: True)  # no env set
+    monkeypatch.setattr(gpu_variants, "kernel_check", lambda cuda: {"loss_gap": 0.0})
+
+    def measure(cfg, variant, cuda):
+        if variant.flags:
+            raise RuntimeError("cut short")
+        return {"variant": variant.label, "flags": {}, "tokens_per_s": 10.0, "losses": [1.0]}
+
+    monkeypatch.setattr(gpu_variants, "measure", measure)
+    with pytest.raises(RuntimeError, match="cut short"):
+        main(["--results", str(tmp_path), "gpu_variants"])
+    doc = json.loads((tmp_path / "gpu_variants.json").read_text())
+    assert [row["variant"] for row in doc["rows"]] == ["default"]
+    assert doc["rows"][0]["vs default"] == "1.000x" and doc["settings"]["kernel_check"]
+
+
 def test_the_corpus_benchmark_measures_speed_and_peak_memory_next_to_raw_tiktoken(
     tmp_path, monkeypatch
 ):
@@ -279,20 +334,69 @@ def test_stop_checkpoint_times_the_checkpoint_a_sigterm_writes(monkeypatch):
 GPU_SESSION = PROJECT / "bench" / "gpu_session.sh"
 
 
-def test_the_gpu_session_runs_known_benchmarks_and_stops_at_once_without_a_gpu():
-    """What the next session with a GPU runs in one call: benchmarks that exist; on a machine
-    without CUDA it says so in one line and writes nothing."""
-    from bench.__main__ import BENCHMARKS
-
-    (names,) = re.findall(r"^for bench in (.+); do$", GPU_SESSION.read_text(), re.MULTILINE)
-    runs = [shlex.split(run) for run in shlex.split(names)]
-    assert [run[0] for run in runs] == ["vs_nanogpt", "precision", "step_memory"]
-    assert all(run[0] in BENCHMARKS for run in runs)
+def test_the_gpu_session_stops_at_once_without_a_gpu():
+    """On a machine without CUDA it says so in one line and writes nothing."""
     out = subprocess.run(["bash", str(GPU_SESSION)], capture_output=True, text=True,
                          env=dict(os.environ, PYTHON=sys.executable, OUT=""))
     assert out.returncode == 1
     assert out.stderr.strip() == "gpu_session: no CUDA device here; run it on a GPU machine"
     assert not (GPU_SESSION.parent / "results" / "gpu").exists()
+
+
+def _gpu_session(tmp_path, *args: str, budget: int = 540, sleep: int = 0):
+    """The session with a `python` that answers as one with a GPU and, for a benchmark,
+    sleeps `sleep` seconds; what it was called with (and BENCH_SPLITS, BENCH_OURS_FLAGS), one
+    call a line."""
+    stub = tmp_path / "python"
+    stub.write_text(f"""#!/usr/bin/env bash
+echo "$* | ${{BENCH_SPLITS:-}} | ${{BENCH_OURS_FLAGS:-}}" >> {tmp_path}/calls
+case "$1 $2" in
+    "-m bench.gpu_variants") echo '{{"fused_loss": true}}' ;;
+    "-m bench") exec sleep {sleep} ;;
+esac
+""")
+    stub.chmod(0o755)
+    out = subprocess.run(["bash", str(GPU_SESSION), *args], capture_output=True, text=True,
+                         env=dict(os.environ, PYTHON=str(stub), OUT=str(tmp_path),
+                                  GPU_SESSION_BUDGET_S=str(budget)))
+    calls = (tmp_path / "calls").read_text().splitlines()
+    return out, [call for call in calls if call.startswith("-m ")]  # not the CUDA check's -c
+
+
+def test_the_gpu_session_runs_the_variants_then_vs_nanogpt_with_their_winners(tmp_path):
+    from bench.__main__ import BENCHMARKS
+
+    out, calls = _gpu_session(tmp_path)
+    assert out.returncode == 0, out.stderr
+    results = tmp_path / "gpu-results"
+    assert calls == [
+        f"-m bench --results {results} gpu_variants |  | ",
+        f"-m bench.gpu_variants winners {results}/gpu_variants.json |  | ",
+        f'-m bench --results {results} vs_nanogpt | 64 | {{"fused_loss": true}}',
+        f"-m bench --results {results} precision --quick |  | ",
+    ]
+    assert {"gpu_variants", "vs_nanogpt", "precision"} <= set(BENCHMARKS)
+    assert "gpu_session: done in" in (results / "session.log").read_text()
+
+
+def test_the_gpu_session_leaves_out_what_its_budget_cannot_hold(tmp_path):
+    out, calls = _gpu_session(tmp_path, budget=130)
+    assert out.returncode == 0, out.stderr
+    assert [c.split(" | ")[0].split()[-1] for c in calls if "-m bench " in c] == ["gpu_variants"]
+    assert re.search(r"gpu_session: vs_nanogpt left out: it takes about 170 s, 1[23]\d s of the "
+                     r"budget are left; run it in a call of its own: bash bench/gpu_session.sh "
+                     r"vs_nanogpt\n", out.stdout)
+    assert "gpu_session: precision --quick left out" in out.stdout
+
+
+def test_the_gpu_session_stops_a_benchmark_at_the_end_of_its_budget(tmp_path):
+    """Named, a benchmark runs whole, within what is left of the budget; past it, it is stopped
+    and the session fails, saying which."""
+    out, calls = _gpu_session(tmp_path, "precision", budget=1, sleep=30)
+    assert out.returncode == 1
+    assert len(calls) == 1 and calls[0].startswith("-m bench --results ")
+    assert "gpu_session: precision stopped at its limit of 1 s" in out.stdout
+    assert out.stdout.rstrip().endswith("failed: precision")
 
 
 def test_the_gpu_session_prepares_the_peer_and_the_plays_to_carry(tmp_path):
