@@ -37,9 +37,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.harness import Result
+from bench.harness import SHARED, Result
 
-PLAYS = Path(__file__).resolve().parents[2] / "shared" / "data" / "shakespeare_plays.txt"
+PLAYS = SHARED / "data" / "shakespeare_plays.txt"  # ../shared, or where GPT_SHARED says
 CACHE = Path(__file__).resolve().parent / ".cache" / "finetune"
 PRETRAIN_ITERS = 3000  # about 1.6 passes over the plays (600: a third of one, 2.245 bits/byte)
 ITERS, EVAL_INTERVAL = 600, 25
