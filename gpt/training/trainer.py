@@ -136,6 +136,11 @@ class Trainer:
         if cfg.init_from and saved is None:
             start = Start.of(cfg, world, self.data, self.rundir, self.log)
         model, ema_decay = build_model(cfg, self.data, saved, start)
+        if cfg.init_from:  # the fine-tuning rates left unset follow the model's width
+            try:
+                cfg.with_width(model.config.n_embd)
+            except ValueError as e:
+                raise InputError(str(e)) from None
         check_memory(model, cfg, world, self.micro_batch)
         self.model = model.to(self.device)
         self.optimizer = build_optimizer(self.model, cfg, self.device)
