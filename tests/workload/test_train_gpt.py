@@ -361,14 +361,14 @@ def test_with_init_from_the_unset_schedule_is_the_fine_tuning_recipe() -> None:
     gpt2 = TrainConfig(init_from="gpt2")
     gpt2.with_width(768)
     assert gpt2.learning_rate == pytest.approx(FINETUNE_LR / 6)
-    assert TrainConfig(init_from="gpt2", n_embd=1600).learning_rate == pytest.approx(8e-5)
+    assert TrainConfig(init_from="gpt2", n_embd=1600).learning_rate == pytest.approx(4e-5)
     lower = TrainConfig(init_from="gpt2", learning_rate=3e-5)
     assert (lower.learning_rate, lower.min_lr) == (3e-5, pytest.approx(3e-6))
     given = TrainConfig(init_from="gpt2", learning_rate=3e-5, min_lr=3e-5, warmup_iters=20)
     given.with_width(768)
     assert (given.learning_rate, given.min_lr, given.warmup_iters) == (3e-5, 3e-5, 20)
-    too_high = TrainConfig(init_from="gpt2", min_lr=5e-4)
-    with pytest.raises(ValueError, match=r"^--min_lr 0.0005: must be in \[0, --learning_rate\]"):
+    too_high = TrainConfig(init_from="gpt2", min_lr=2e-4)
+    with pytest.raises(ValueError, match=r"^--min_lr 0.0002: must be in \[0, --learning_rate\]"):
         too_high.with_width(768)
     assert (TrainConfig().learning_rate, TrainConfig().min_lr) == (1e-3, 1e-4)  # from scratch
 
