@@ -257,7 +257,7 @@ EMA_MIN_ITERS = 600  # three averaging horizons, 3 / (1 - DEFAULT_EMA_DECAY)
 # no warmup (the weights are not random: no early instability to wait out); dropout by from
 # scratch's rule (gpt/training/resume_rule.py). Measured on the default model pretrained on the
 # 41 plays, fine-tuned on the comedy (bench/finetune.py, bench/recipe_trials.md): it reaches
-# from scratch's final bits per byte at iteration 100 of 600 and ends 0.08 below it; a peak of
+# from scratch's final bits per byte at iteration 100 of 600 and ends 0.075 below it; a peak of
 # 1e-3 got there at 50 but overfitted (0.015 below), 3e-4 at 125, the constant 1e-4 of before
 # at 275; at 1e-3, dropout 0.1 (the recipe before) ended above from scratch, 0.2 below.
 FINETUNE_LR = 5e-4
