@@ -11,6 +11,7 @@ a step's flags before it creates a TrainJob. See docs/architecture.md.
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -121,8 +122,8 @@ class ModelConfig(ContextConfig):
     trains on more tokens than its training split holds (max_iters x batch_size x block_size:
     it sees the text again, and dropout holds off learning it by heart; the default corpus
     18 times), else 0 (dropout only slows a model that never sees a token twice: the plays,
-    a third of a pass, reach nanoGPT's quality 10% sooner without it); with --init_from,
-    FINETUNE_DROPOUT."""
+    a third of a pass, reach nanoGPT's quality 10% sooner without it); the same rule with
+    --init_from (fine-tuning a small text overfits as training on it from scratch does)."""
     bias: bool | None = None
     """Bias terms in linear layers and LayerNorms (GPT-2 has them; without is a little faster).
     Unset: false, or --init_from's (whether its bias tensors hold anything)."""
@@ -251,17 +252,29 @@ EMA_MIN_ITERS = 600  # three averaging horizons, 3 / (1 - DEFAULT_EMA_DECAY)
 
 
 # The fine-tuning recipe: what unset flags become with --init_from (docs/stages.md says why).
-# A pretrained model is already near a good minimum: nanoGPT fine-tunes GPT-2 XL at 3e-5,
-# constant. 1e-4 sits between that and training from scratch's 1e-3, chosen, not tuned: on the
-# small default model neither beat training from scratch at 600 iterations (docs/performance.md,
-# bench/finetune.py).
-# Constant (min_lr = learning_rate), no warmup (the weights are not random: no early
-# instability to wait out), dropout 0.1 (GPT-2's own, against learning a small text by heart).
-FINETUNE_LR = 1e-4
+# A decaying rate: 5e-4 at the default model's width (FINETUNE_LR_WIDTH; a wider model's
+# smaller, finetune_lr), cosine to a tenth of it (MIN_LR_FRACTION), with
+# no warmup (the weights are not random: no early instability to wait out); dropout by from
+# scratch's rule (gpt/training/resume_rule.py). Measured on the default model pretrained on the
+# 41 plays, fine-tuned on the comedy (bench/finetune.py, bench/recipe_trials.md): it reaches
+# from scratch's final bits per byte at iteration 100 of 600 and ends 0.075 below it; a peak of
+# 1e-3 got there at 50 but overfitted (0.015 below), 3e-4 at 125, the constant 1e-4 of before
+# at 275; at 1e-3, dropout 0.1 (the recipe before) ended above from scratch, 0.2 below.
+FINETUNE_LR = 5e-4
+FINETUNE_LR_WIDTH = 128
 FINETUNE_WARMUP_ITERS = 0
-FINETUNE_DROPOUT = 0.1
 LEARNING_RATE = 1e-3  # from scratch
 MIN_LR = 1e-4
+MIN_LR_FRACTION = 0.1  # --init_from: where the decay ends, a fraction of the peak (as from scratch)
+
+
+def finetune_lr(n_embd: int) -> float:
+    """--init_from's unset peak learning rate for a model `n_embd` wide: FINETUNE_LR at the
+    default model's width, scaled as 1 / width (Adam moves every weight by about the rate, so a
+    wider layer's output moves more: muP's rule for hidden layers). GPT-2 (768 wide) 8.3e-5,
+    gpt2-xl (1600) 4e-5, the range GPT-2 is fine-tuned at (nanoGPT: 3e-5 constant for gpt2-xl);
+    measured at 128 only (bench/finetune.py)."""
+    return FINETUNE_LR * FINETUNE_LR_WIDTH / n_embd
 
 
 @dataclass
@@ -288,10 +301,10 @@ class TrainConfig(InitFromConfig, SeedConfig, ModelConfig, RunConfig):
     sets none."""
     learning_rate: float | None = None
     """Peak learning rate, reached after warmup_iters (unset: 1e-3; with --init_from
-    FINETUNE_LR, 1e-4)."""
+    finetune_lr of the model's width, 5e-4 at 128, once the model is read: `with_width`)."""
     min_lr: float | None = None
-    """Learning rate at the end of the cosine decay (unset: 1e-4; with --init_from the
-    learning rate itself, a constant rate, as nanoGPT fine-tunes)."""
+    """Learning rate at the end of the cosine decay (unset: 1e-4; with --init_from a tenth of
+    the learning rate, MIN_LR_FRACTION)."""
     warmup_iters: int | None = None
     """Iterations of linear learning-rate warmup from 0, fewer than max_iters (unset: 30, or a
     quarter of max_iters when that is fewer, so a short smoke test needs no other flag; with
@@ -376,10 +389,7 @@ class TrainConfig(InitFromConfig, SeedConfig, ModelConfig, RunConfig):
         if not self.ckpt_interval_s >= 0:
             raise ValueError(f"--ckpt_interval_s {self.ckpt_interval_s}: must be >= 0 "
                              "(0 = iterations only)")
-        if not self.learning_rate > 0:
-            raise ValueError(f"--learning_rate {self.learning_rate}: must be > 0")
-        if not 0 <= self.min_lr <= self.learning_rate:
-            raise ValueError(f"--min_lr {self.min_lr}: must be in [0, --learning_rate]")
+        self._check_rates()
         if not 0 < self.beta2 < 1:
             raise ValueError(f"--beta2 {self.beta2}: must be in (0, 1)")
         if self.ema_decay is not None and not 0 <= self.ema_decay < 1:
@@ -397,13 +407,34 @@ class TrainConfig(InitFromConfig, SeedConfig, ModelConfig, RunConfig):
         """The schedule's unset flags: the fine-tuning recipe with --init_from, else training
         from scratch's. (Dropout, which a resumed run keeps, is gpt/training/resume_rule.py's.)"""
         tuning = bool(self.init_from)
-        if self.learning_rate is None:
-            self.learning_rate = FINETUNE_LR if tuning else LEARNING_RATE
-        if self.min_lr is None:
-            self.min_lr = self.learning_rate if tuning else MIN_LR
+        if tuning:  # the peak needs the width: the pretrained model's, unless given (`with_width`)
+            if self.learning_rate is None and self.n_embd is not None:
+                self.learning_rate = finetune_lr(self.n_embd)
+            if self.min_lr is None and self.learning_rate is not None:
+                self.min_lr = self.learning_rate * MIN_LR_FRACTION
+        else:
+            self.learning_rate = LEARNING_RATE if self.learning_rate is None else self.learning_rate
+            self.min_lr = MIN_LR if self.min_lr is None else self.min_lr
         if self.warmup_iters is None:
             self.warmup_iters = (FINETUNE_WARMUP_ITERS if tuning
                                  else min(DEFAULT_WARMUP_ITERS, self.max_iters // 4))  # fmt: skip
+
+    def with_width(self, n_embd: int) -> None:
+        """--init_from's unset rates for a model `n_embd` wide: the peak finetune_lr(n_embd),
+        the end MIN_LR_FRACTION of it. Train-gpt calls it once the model's width is known."""
+        if self.learning_rate is None:
+            self.learning_rate = finetune_lr(n_embd)
+        if self.min_lr is None:
+            self.min_lr = self.learning_rate * MIN_LR_FRACTION
+        self._check_rates()
+
+    def _check_rates(self) -> None:
+        """The rates given or decided (with --init_from, unset ones wait for the width)."""
+        lr, min_lr = self.learning_rate, self.min_lr
+        if lr is not None and not lr > 0:
+            raise ValueError(f"--learning_rate {lr}: must be > 0")
+        if min_lr is not None and not 0 <= min_lr <= (math.inf if lr is None else lr):
+            raise ValueError(f"--min_lr {min_lr}: must be in [0, --learning_rate]")
 
 
 @dataclass

@@ -3,8 +3,8 @@ that a resumed run must keep, the model's shape (--n_layer, --n_head, --n_embd, 
 --position, --activation), --dropout, --spelling and --ema_decay.
 
 A flag given wins. Left unset, each is decided once, when the run starts, by the data, the
-other flags and the pretrained model of --init_from (the defaults below: its shape, the
-fine-tuning dropout, a plain embedding), and a resumed run keeps what it started with, read from its
+other flags and the pretrained model of --init_from (the defaults below: its shape, a plain
+embedding), and a resumed run keeps what it started with, read from its
 checkpoint's state (gpt/training/checkpoint.py's `CheckpointState`): a rerun with a raised
 --max_iters, which now passes over the text more often, trains on with the dropout and weight
 average it began with, as an uninterrupted run would have. `resolve_unset` applies that rule;
@@ -12,7 +12,8 @@ average it began with, as an uninterrupted run would have. `resolve_unset` appli
 
 The other flags that may be left unset are decided afresh at every start, resumed or not, where
 they are used: --learning_rate, --min_lr and --warmup_iters by `TrainConfig`
-(gpt/config/configs.py, from --init_from and --max_iters),
+(gpt/config/configs.py, from --init_from and --max_iters; with --init_from the rates from the
+model's width, `TrainConfig.with_width`),
 --compile and --dtype auto by gpt/training/compute.py, --chunked_loss by `GPT.forward`
 (gpt/models/model.py), --device auto by gpt/distributed/world.py (all four from the device).
 """
@@ -29,7 +30,6 @@ from gpt.config.configs import (
     DROPOUT_REPEATED,
     EMA_MIN_ITERS,
     EMA_MIN_PASSES,
-    FINETUNE_DROPOUT,
     GPTConfig,
     ModelConfig,
     TrainConfig,
@@ -86,10 +86,10 @@ def resolve_unset(cfg: TrainConfig, vocab_size: int, train_tokens: int,
     starting from the model `pretrained` (--init_from's shape; None: from scratch)."""
     started = saved.model if saved is not None else None
     if pretrained is not None:  # a new fine-tuning run
-        new_dropout, new_spelling, new_shape = FINETUNE_DROPOUT, 0, vars(pretrained)
+        new_spelling, new_shape = 0, vars(pretrained)
     else:
-        new_dropout, new_spelling = new_run_dropout(cfg, train_tokens), DEFAULT_SPELLING
-        new_shape = DEFAULT_SHAPE
+        new_spelling, new_shape = DEFAULT_SPELLING, DEFAULT_SHAPE
+    new_dropout = new_run_dropout(cfg, train_tokens)  # fine-tuning a small text overfits too
     dropout = _chosen(cfg.dropout, started.dropout if started else None, new_dropout)
     spelling = _chosen(cfg.spelling, started.spelling if started else None, new_spelling)
     ema_decay = _chosen(cfg.ema_decay, saved.ema_decay if saved is not None else None,

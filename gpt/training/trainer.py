@@ -9,18 +9,16 @@ gpt/training/resume_rule.py decides.
 
 The loop is `Trainer`; what it calls lives beside it: optimizer.py (AdamW, the learning-rate
 schedule), compute.py (compile, DDP, bfloat16), evaluation.py, checkpointer.py (what a checkpoint
-holds, restoring it), metrics.py (the progress line and records) and report.py.
+holds, restoring it), metrics.py (the progress line and records), report.py, and init_from.py
+(where a new fine-tuning run's weights come from).
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import math
 import random
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -28,18 +26,14 @@ import torch
 
 from gpt.config.configs import TrainConfig
 from gpt.data.batches import Batches, TokenData
-from gpt.data.model_source import MODEL_FILES, Fetched, fetch
 from gpt.data.objectstore import Store
-from gpt.data.tokenizer import pretrained_tokenizer
 from gpt.distributed.world import World
 from gpt.errors import InputError
 from gpt.models import pretrained
 from gpt.models.export import load_unpadded, save_export
 from gpt.models.model import GPT
-from gpt.models.pretrained import Pretrained
 from gpt.models.spelling import free_vectors, spelling_of
 from gpt.rundir.atomic import append_jsonl, write_json
-from gpt.rundir.layout import RunDir
 from gpt.stages import TRAIN_GPT
 from gpt.training import checkpoint, faults, report
 from gpt.training.checkpoint import CheckpointState
@@ -54,6 +48,7 @@ from gpt.training.compute import (
 from gpt.training.divergence import Divergence
 from gpt.training.ema import WeightAverage
 from gpt.training.evaluation import Evaluator
+from gpt.training.init_from import Start, started_from
 from gpt.training.metrics import TrainingProgress, duration, peak_flops
 from gpt.training.optimizer import build_optimizer, lr_at
 from gpt.training.resume_rule import resolve_unset
@@ -120,62 +115,6 @@ def build_model(cfg: TrainConfig, data: TokenData, saved: CheckpointState | None
     return model, resolved.ema_decay
 
 
-@dataclass(frozen=True)
-class Start:
-    """A new fine-tuning run's starting point (--init_from): the pretrained model, where it
-    came from, and which of its embedding rows each of the data's ids starts from."""
-
-    fetched: Fetched
-    model: Pretrained
-    rows: np.ndarray
-
-    @classmethod
-    def of(cls, cfg: TrainConfig, world: World, data: TokenData, rundir: RunDir,
-           say: Callable[[str], None]) -> Start:
-        """Fetch --init_from (rank 0 first, the others then find it cached), refuse data of
-        another vocabulary before any weights load, then read them."""
-        if not data.meta.init_from:
-            raise InputError(f"{rundir.meta_json}: the data was not tokenized for a "
-                             f"pretrained model; run load-corpus with --init_from "
-                             f"{cfg.init_from} (and --overwrite true)")
-        fetched, failed = None, None
-        if world.is_main:
-            try:
-                fetched = fetch(cfg.init_from, cfg.root, MODEL_FILES, say)
-            except InputError as e:
-                failed = e
-        # Every rank learns whether rank 0 has the files (the others would otherwise wait
-        # for it in the next collective forever); rank 0's own line says why not.
-        if world.agree([failed is not None])[0]:
-            raise failed or InputError(f"--init_from {cfg.init_from!r}: rank 0 could not "
-                                       "fetch it (its log says why)")
-        if not world.is_main:  # from the cache rank 0 filled: no download, no Hub request
-            fetched = fetch(cfg.init_from, cfg.root, MODEL_FILES, say=lambda _: None,
-                            offline=True)
-        rows = pretrained.row_map(data.tokenizer, pretrained_tokenizer(fetched.path),
-                                  str(rundir.tokenizer_json))
-        model = pretrained.read(fetched.path)
-        say(f"init_from: {fetched.source}{f' at {fetched.revision}' if fetched.revision else ''}: "
-            f"{model.config.n_layer} layers x {model.config.n_head} heads x "
-            f"{model.config.n_embd} wide, context {model.config.block_size}, vocab "
-            f"{model.config.vocab_size:,}; weights sha256 {model.weights_sha256[:16]}...")
-        return cls(fetched, model, rows)
-
-    def record(self) -> dict[str, Any]:
-        return {"init_from": self.fetched.source, "revision": self.fetched.revision,
-                "weights_sha256": self.model.weights_sha256}  # fmt: skip
-
-
-def started_from(rundir: RunDir) -> str:
-    """A run's metrics/init_from.json in one line: source, revision, weights' sha256."""
-    try:
-        rec = json.loads(rundir.init_from_json.read_text())
-    except (OSError, ValueError):
-        return ""
-    revision = f" at revision {rec['revision']}" if rec.get("revision") else ""
-    return f"{rec.get('init_from')}{revision} (weights sha256 {rec.get('weights_sha256')})"
-
-
 class Trainer:
     """train-gpt's loop: builds the run (model, optimizer, weight average, the model an
     iteration runs), restores it from a checkpoint or starts it, then trains iteration by
@@ -205,6 +144,11 @@ class Trainer:
         if cfg.init_from and saved is None:
             start = Start.of(cfg, world, self.data, self.rundir, self.log)
         model, ema_decay = build_model(cfg, self.data, saved, start)
+        if cfg.init_from:  # the fine-tuning rates left unset follow the model's width
+            try:
+                cfg.with_width(model.config.n_embd)
+            except ValueError as e:
+                raise InputError(str(e)) from None
         check_memory(model, cfg, world, self.micro_batch)
         self.model = model.to(self.device)
         self.optimizer = build_optimizer(self.model, cfg, self.device)

@@ -13,6 +13,7 @@ import shutil
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 from support.paths import PROJECT
@@ -412,3 +413,48 @@ def test_the_gpu_session_prepares_the_peer_and_the_plays_to_carry(tmp_path):
     assert out.returncode == 0, out.stderr
     assert (repo / ".gpu-shared/peers/nanogpt/train.py").read_text() == "# nanoGPT"
     assert (repo / ".gpu-shared/data/shakespeare_plays.txt").read_text() == "ACT I"
+
+
+def test_finetune_times_the_tuned_run_to_its_first_evaluation_at_scratchs_final_value():
+    from bench.finetune import compared, met, reached
+
+    scratch = [(25, 10.0, 3.0), (50, 20.0, 2.5), (100, 40.0, 2.0)]  # (iteration, s, bits/byte)
+    tuned = [(25, 11.0, 2.2), (50, 22.0, 1.9), (75, 33.0, 2.0), (100, 44.0, 1.95)]
+    assert reached(tuned, 2.0) == (50, 22.0)  # the first at or below, not the best
+    assert compared(tuned, scratch) == (100, 44.0, 1.95, {
+        "reaches_scratch_at": "step 50, 22.0 s", "time_ratio": 0.55, "iteration_ratio": 0.5})
+    assert compared(scratch, scratch)[3]["time_ratio"] == 1.0
+    assert compared([(100, 40.0, 2.1)], scratch)[3] == {
+        "reaches_scratch_at": "never", "time_ratio": "-", "iteration_ratio": "-"}
+    assert not met(tuned, scratch)  # 0.55 of the time
+    assert met([(25, 10.0, 1.99), (100, 44.0, 1.9)], scratch)  # 0.25 of the time, ends lower
+    assert not met([(25, 10.0, 1.99), (100, 44.0, 2.01)], scratch)  # ends higher
+    assert not met([(25, 10.1, 1.99), (100, 44.0, 1.9)], scratch)  # over 0.25
+
+
+def test_finetune_pretrains_once_and_keeps_no_half_made_model(tmp_path, monkeypatch):
+    from bench import finetune
+
+    plays = tmp_path / "plays.txt"
+    plays.write_text("To be, or not to be.")
+    monkeypatch.setattr(finetune, "CACHE", tmp_path / "cache")
+    calls = []
+
+    def fake_gpt(stage, *argv):
+        calls.append(stage)
+        if stage == "train-gpt":
+            root = argv[argv.index("--root") + 1]
+            (Path(root) / "plays" / "model").mkdir(parents=True)
+
+    monkeypatch.setattr(finetune, "gpt", fake_gpt)
+    root, cached = finetune.pretrained(plays, 7)
+    assert not cached and (root / "plays" / "model").is_dir() and root.name.endswith("-7it")
+    assert finetune.pretrained(plays, 7) == (root, True) and len(calls) == 2  # not again
+
+    def failing_gpt(stage, *argv):
+        raise RuntimeError("killed")
+
+    monkeypatch.setattr(finetune, "gpt", failing_gpt)
+    with pytest.raises(RuntimeError):
+        finetune.pretrained(plays, 8)
+    assert [p.name for p in (tmp_path / "cache").iterdir()] == [root.name]

@@ -21,7 +21,15 @@ import pytest
 import torch
 from safetensors.torch import load_file
 from support.gpt2 import gpt2_folder, hub_cache
-from support.runs import ONE_THREAD, TEXT, TINY_FINETUNE, as_flags, in_process, write_data
+from support.runs import (
+    ONE_THREAD,
+    TEXT,
+    TINY_FINETUNE,
+    as_flags,
+    in_process,
+    records,
+    write_data,
+)
 
 from gpt.config.configs import SamplingConfig
 from gpt.data.model_source import cache_dir
@@ -204,6 +212,35 @@ def test_a_sigkilled_fine_tuning_resumes_bit_exactly_without_the_pretrained_mode
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
     assert json.loads((tmp_path / "killed" / "metrics" / "init_from.json").read_text()) == \
         json.loads((tmp_path / "straight" / "metrics" / "init_from.json").read_text())
+
+
+@pytest.mark.slow
+def test_two_ranks_fine_tune_from_the_hub_cache_as_one_process_does(gpt2_root, offline):
+    """Under torchrun (two CPU ranks, gloo): rank 0 fetches "gpt2", the other reads the cache it
+    filled; the two ranks train the same iterations as one process (no dropout: its masks are
+    per-rank draws), and rank 0 alone writes the record of where the run started."""
+    data = corpus(gpt2_root, "a", "--init_from", "gpt2").data_dir
+    for run in ("one-rank", "two-ranks"):  # beside the Hub cache, in the root
+        shutil.copytree(data, gpt2_root / run / "data")
+    flags = ["--init_from", "gpt2", *as_flags(TINY_FINETUNE), "--dropout", "0", "--max_iters",
+             "3", "--eval_interval", "3"]  # fmt: skip
+    assert in_process("train-gpt", "--root", str(gpt2_root), "--run", "one-rank", *flags) == 0
+    cmd = TRAIN_GPT.command(["--root", str(gpt2_root), "--run", "two-ranks", *flags],
+                            torchrun=[sys.executable, "-m", "torch.distributed.run",
+                                      "--standalone", "--nproc_per_node=2"])  # fmt: skip
+    two = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, **ONE_THREAD},
+                         timeout=300)  # fmt: skip
+    assert two.returncode == 0, two.stderr[-2000:]
+    assert two.stdout.count(f"init_from: hf://openai-community/gpt2 at {COMMIT}") == 1
+    assert "2 process(es) on cpu" in two.stdout
+    one, both = RunDir.of(gpt2_root, "one-rank"), RunDir.of(gpt2_root, "two-ranks")
+    assert json.loads(both.init_from_json.read_text()) == \
+        json.loads(one.init_from_json.read_text())
+    pairs = list(zip(records(one), records(both), strict=True))
+    assert [a["step"] for a, _ in pairs] == [1, 2, 3]  # written once, not once per rank
+    for a, b in pairs:
+        assert b["loss"] == pytest.approx(a["loss"], rel=1e-4), a["step"]
+    assert pairs[-1][1]["val_loss"] == pytest.approx(pairs[-1][0]["val_loss"], rel=1e-4)
 
 
 def test_a_model_that_cannot_fit_the_device_is_refused_with_the_estimate(gpt2_root, offline,

@@ -33,7 +33,7 @@ from support.runs import (
 
 from gpt.__main__ import main as gpt_main
 from gpt.config.cli import build_parser
-from gpt.config.configs import DROPOUT_REPEATED, TrainConfig
+from gpt.config.configs import DROPOUT_REPEATED, FINETUNE_LR, TrainConfig
 from gpt.data.batches import Batches, count_ids, eval_offsets
 from gpt.data.tokenizer import load_tokenizer
 from gpt.distributed.world import World, setup
@@ -347,6 +347,30 @@ def test_warmup_defaults_to_fit_a_short_run_and_an_explicit_one_is_checked() -> 
     assert TrainConfig(max_iters=1).warmup_iters == 0
     with pytest.raises(ValueError, match=r"^--warmup_iters 40: must be in \[0, --max_iters 40\)"):
         TrainConfig(max_iters=40, warmup_iters=40)
+
+
+def test_with_init_from_the_unset_schedule_is_the_fine_tuning_recipe() -> None:
+    """A peak of FINETUNE_LR at the default model's width (smaller as 1 / width, once the
+    pretrained model's is known), decaying to a tenth of it, no warmup; each flag given is kept,
+    and a given peak decays to a tenth of itself."""
+    tuned = TrainConfig(init_from="runs/earlier/model", max_iters=600)
+    assert (tuned.learning_rate, tuned.min_lr, tuned.warmup_iters) == (None, None, 0)
+    tuned.with_width(128)
+    assert (tuned.learning_rate, tuned.min_lr) == (FINETUNE_LR, pytest.approx(FINETUNE_LR / 10))
+    assert lr_at(tuned, 0) == FINETUNE_LR and lr_at(tuned, 600) == pytest.approx(FINETUNE_LR / 10)
+    gpt2 = TrainConfig(init_from="gpt2")
+    gpt2.with_width(768)
+    assert gpt2.learning_rate == pytest.approx(FINETUNE_LR / 6)
+    assert TrainConfig(init_from="gpt2", n_embd=1600).learning_rate == pytest.approx(4e-5)
+    lower = TrainConfig(init_from="gpt2", learning_rate=3e-5)
+    assert (lower.learning_rate, lower.min_lr) == (3e-5, pytest.approx(3e-6))
+    given = TrainConfig(init_from="gpt2", learning_rate=3e-5, min_lr=3e-5, warmup_iters=20)
+    given.with_width(768)
+    assert (given.learning_rate, given.min_lr, given.warmup_iters) == (3e-5, 3e-5, 20)
+    too_high = TrainConfig(init_from="gpt2", min_lr=2e-4)
+    with pytest.raises(ValueError, match=r"^--min_lr 0.0002: must be in \[0, --learning_rate\]"):
+        too_high.with_width(768)
+    assert (TrainConfig().learning_rate, TrainConfig().min_lr) == (1e-3, 1e-4)  # from scratch
 
 
 def test_unset_dropout_is_on_only_where_the_run_sees_its_text_again(root: Path, capsys) -> None:

@@ -164,3 +164,14 @@ def test_the_model_has_the_flags_shape_and_the_datas_vocabulary() -> None:
     resolved = resolve_unset(TrainConfig(n_layer=3, n_embd=48, n_head=3), 77, TOKENS)
     model = resolved.model
     assert (model.n_layer, model.n_embd, model.n_head, model.vocab_size) == (3, 48, 3, 77)
+
+
+def test_a_new_fine_tuning_run_takes_the_pretrained_shape_a_plain_table_and_the_dropout_rule():
+    """--init_from: the checkpoint's shape, no spelling, and dropout by from scratch's rule (a
+    small text fine-tuned overfits as one trained from scratch does)."""
+    pre = GPTConfig(n_layer=2, n_head=2, n_embd=32, block_size=64, vocab_size=50257, bias=True,
+                    position="learned", activation="gelu_new")  # fmt: skip
+    tuned = resolve_unset(TrainConfig(init_from="x"), 39, TOKENS, None, pre)
+    assert (tuned.model.n_layer, tuned.model.n_embd, tuned.model.position) == (2, 32, "learned")
+    assert (tuned.model.dropout, tuned.model.spelling) == (DROPOUT_REPEATED, 0)
+    assert resolve_unset(TrainConfig(init_from="x"), 39, 10**7, None, pre).model.dropout == 0.0

@@ -1,0 +1,83 @@
+"""Where a new fine-tuning run starts (--init_from): `Start` fetches the pretrained model (rank 0
+first, the others from the cache it filled), checks the data was tokenized for it, reads its
+weights and maps its embedding rows to the data's ids; `started_from` reads back, in one line, what
+a run recorded it started from (metrics/init_from.json), for the report and the export.
+
+Only a run that starts at iteration 0 builds a `Start`: a resumed one restores its checkpoint and
+never opens --init_from again (gpt/training/trainer.py).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from gpt.config.configs import TrainConfig
+from gpt.data.batches import TokenData
+from gpt.data.model_source import MODEL_FILES, Fetched, fetch
+from gpt.data.tokenizer import pretrained_tokenizer
+from gpt.distributed.world import World
+from gpt.errors import InputError
+from gpt.models import pretrained
+from gpt.models.pretrained import Pretrained
+from gpt.rundir.layout import RunDir
+
+
+@dataclass(frozen=True)
+class Start:
+    """A new fine-tuning run's starting point (--init_from): the pretrained model, where it
+    came from, and which of its embedding rows each of the data's ids starts from."""
+
+    fetched: Fetched
+    model: Pretrained
+    rows: np.ndarray
+
+    @classmethod
+    def of(cls, cfg: TrainConfig, world: World, data: TokenData, rundir: RunDir,
+           say: Callable[[str], None]) -> Start:
+        """Fetch --init_from (rank 0 first, the others then find it cached), refuse data of
+        another vocabulary before any weights load, then read them."""
+        if not data.meta.init_from:
+            raise InputError(f"{rundir.meta_json}: the data was not tokenized for a "
+                             f"pretrained model; run load-corpus with --init_from "
+                             f"{cfg.init_from} (and --overwrite true)")
+        fetched, failed = None, None
+        if world.is_main:
+            try:
+                fetched = fetch(cfg.init_from, cfg.root, MODEL_FILES, say)
+            except InputError as e:
+                failed = e
+        # Every rank learns whether rank 0 has the files (the others would otherwise wait
+        # for it in the next collective forever); rank 0's own line says why not.
+        if world.agree([failed is not None])[0]:
+            raise failed or InputError(f"--init_from {cfg.init_from!r}: rank 0 could not "
+                                       "fetch it (its log says why)")
+        if not world.is_main:  # from the cache rank 0 filled: no download, no Hub request
+            fetched = fetch(cfg.init_from, cfg.root, MODEL_FILES, say=lambda _: None,
+                            offline=True)
+        rows = pretrained.row_map(data.tokenizer, pretrained_tokenizer(fetched.path),
+                                  str(rundir.tokenizer_json))
+        model = pretrained.read(fetched.path)
+        say(f"init_from: {fetched.source}{f' at {fetched.revision}' if fetched.revision else ''}: "
+            f"{model.config.n_layer} layers x {model.config.n_head} heads x "
+            f"{model.config.n_embd} wide, context {model.config.block_size}, vocab "
+            f"{model.config.vocab_size:,}; weights sha256 {model.weights_sha256[:16]}...")
+        return cls(fetched, model, rows)
+
+    def record(self) -> dict[str, Any]:
+        return {"init_from": self.fetched.source, "revision": self.fetched.revision,
+                "weights_sha256": self.model.weights_sha256}  # fmt: skip
+
+
+def started_from(rundir: RunDir) -> str:
+    """A run's metrics/init_from.json in one line: source, revision, weights' sha256."""
+    try:
+        rec = json.loads(rundir.init_from_json.read_text())
+    except (OSError, ValueError):
+        return ""
+    revision = f" at revision {rec['revision']}" if rec.get("revision") else ""
+    return f"{rec.get('init_from')}{revision} (weights sha256 {rec.get('weights_sha256')})"
