@@ -102,6 +102,17 @@ def training_bytes(model: GPT, micro_batch: int, bf16: bool, chunked_loss: bool,
     return 16 * model.num_params() + activations + logits
 
 
+def micro_batch_size(cfg: TrainConfig, world: World) -> int:
+    """Sequences per rank per micro-batch: --batch_size split over the ranks and their
+    micro-batches."""
+    if cfg.batch_size % (world.size * cfg.grad_accum):
+        raise InputError(
+            f"--batch_size {cfg.batch_size}: must split evenly over {world.size} process(es) "
+            f"x --grad_accum {cfg.grad_accum} micro-batches"
+        )
+    return cfg.batch_size // (world.size * cfg.grad_accum)
+
+
 def check_memory(model: GPT, cfg: TrainConfig, world: World, micro_batch: int) -> None:
     """Refuse, before training, a model whose training state cannot fit the device: float32
     weights, gradients and AdamW's two moments (16 bytes a parameter) plus the activations a

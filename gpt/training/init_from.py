@@ -24,6 +24,7 @@ from gpt.distributed.world import World
 from gpt.errors import InputError
 from gpt.models import pretrained
 from gpt.models.pretrained import Pretrained
+from gpt.rundir.atomic import write_json
 from gpt.rundir.layout import RunDir
 
 
@@ -71,6 +72,15 @@ class Start:
     def record(self) -> dict[str, Any]:
         return {"init_from": self.fetched.source, "revision": self.fetched.revision,
                 "weights_sha256": self.model.weights_sha256}  # fmt: skip
+
+
+def recorded(start: Start | None, cfg: TrainConfig, world: World) -> str:
+    """What the run was fine-tuned from, in one line ("" from scratch): a new run's `start`
+    first written to metrics/init_from.json (by rank 0), a resumed one's read back from it."""
+    if start is not None and world.is_main:
+        write_json(cfg.rundir.init_from_json, start.record(),
+                   what="the record of what the run started from")  # fmt: skip
+    return started_from(cfg.rundir) if cfg.init_from else ""
 
 
 def started_from(rundir: RunDir) -> str:

@@ -33,7 +33,7 @@ from gpt.models import pretrained
 from gpt.models.export import load_unpadded, save_export
 from gpt.models.model import GPT
 from gpt.models.spelling import free_vectors, spelling_of
-from gpt.rundir.atomic import append_jsonl, write_json
+from gpt.rundir.atomic import append_jsonl
 from gpt.stages import TRAIN_GPT
 from gpt.training import checkpoint, faults, report
 from gpt.training.checkpoint import CheckpointState
@@ -43,12 +43,13 @@ from gpt.training.compute import (
     build_training_model,
     check_fused_loss,
     check_memory,
+    micro_batch_size,
     use_bf16,
 )
 from gpt.training.divergence import Divergence
 from gpt.training.ema import WeightAverage
 from gpt.training.evaluation import Evaluator
-from gpt.training.init_from import Start, started_from
+from gpt.training.init_from import Start, recorded
 from gpt.training.metrics import TrainingProgress, duration, peak_flops
 from gpt.training.optimizer import build_optimizer, lr_at
 from gpt.training.resume_rule import resolve_unset
@@ -99,7 +100,8 @@ def build_model(cfg: TrainConfig, data: TokenData, saved: CheckpointState | None
                 start: Start | None = None) -> tuple[GPT, float]:
     """The run's model, the same initial weights on every rank, and its weight average's decay
     (0: none), as the flags, the data and the resumed checkpoint's state `saved` decide; a new
-    run's weights `start`'s pretrained ones (--init_from)."""
+    run's weights `start`'s pretrained ones (--init_from), whose width sets the fine-tuning
+    rates left unset (`cfg.with_width`)."""
     if start is not None:
         pretrained.check_flags(cfg, start.model.config)
     resolved = resolve_unset(cfg, data.meta.vocab_size, data.meta.train_tokens, saved,
@@ -112,6 +114,11 @@ def build_model(cfg: TrainConfig, data: TokenData, saved: CheckpointState | None
     model.fused_loss = cfg.fused_loss
     if start is not None:
         load_unpadded(model, pretrained.initial_weights(start.model, resolved.model, start.rows))
+    if cfg.init_from:  # the fine-tuning rates left unset follow the model's width
+        try:
+            cfg.with_width(model.config.n_embd)
+        except ValueError as e:
+            raise InputError(str(e)) from None
     return model, resolved.ema_decay
 
 
@@ -132,7 +139,7 @@ class Trainer:
         check_fused_loss(cfg.fused_loss, self.device)
         self.data = TokenData.load(self.rundir)
         self.data.check_block_size(cfg.block_size)
-        self.micro_batch = self._micro_batch_size()
+        self.micro_batch = micro_batch_size(cfg, world)
         self.tokens_per_iter = cfg.batch_size * cfg.block_size
         self.batches = Batches(self.data.train, cfg.block_size, cfg.batch_size, cfg.seed)
         self.evaluator = Evaluator(self.data, cfg, world, self.micro_batch)
@@ -144,11 +151,6 @@ class Trainer:
         if cfg.init_from and saved is None:
             start = Start.of(cfg, world, self.data, self.rundir, self.log)
         model, ema_decay = build_model(cfg, self.data, saved, start)
-        if cfg.init_from:  # the fine-tuning rates left unset follow the model's width
-            try:
-                cfg.with_width(model.config.n_embd)
-            except ValueError as e:
-                raise InputError(str(e)) from None
         check_memory(model, cfg, world, self.micro_batch)
         self.model = model.to(self.device)
         self.optimizer = build_optimizer(self.model, cfg, self.device)
@@ -160,10 +162,7 @@ class Trainer:
         seed_everything(cfg.seed + world.rank)  # but draws its own dropout masks
         self.state = self.checkpointer.restore_or_start(latest, saved)
         """The progress; with the model, optimizer, average and RNGs, what a checkpoint saves."""
-        if start is not None and world.is_main:
-            write_json(self.rundir.init_from_json, start.record(),
-                       what="the record of what the run started from")
-        self.started_from = started_from(self.rundir) if cfg.init_from else ""
+        self.started_from = recorded(start, cfg, world)
         """What the model was fine-tuned from, in one line ("" from scratch)."""
         self.resumed_from = latest.name if latest is not None else None
 
@@ -174,17 +173,6 @@ class Trainer:
         self.peak_flops = peak_flops(world, self.bf16)
         self.progress = TrainingProgress(cfg, self.tokens_per_iter,
                                          self.model.flops_per_token(), self.peak_flops, self.log)
-
-    def _micro_batch_size(self) -> int:
-        """Sequences per rank per micro-batch: --batch_size split over the ranks and their
-        micro-batches."""
-        cfg, size = self.cfg, self.world.size
-        if cfg.batch_size % (size * cfg.grad_accum):
-            raise InputError(
-                f"--batch_size {cfg.batch_size}: must split evenly over {size} process(es) "
-                f"x --grad_accum {cfg.grad_accum} micro-batches"
-            )
-        return cfg.batch_size // (size * cfg.grad_accum)
 
     def _autocast(self):
         return autocast(self.bf16, self.device)
