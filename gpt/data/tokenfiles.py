@@ -2,6 +2,9 @@
 
 The text is read in chunks of about a megabyte and never held whole; ids go straight to files.
 Train is the text's first `cut` characters, validation the rest, each tokenized as if alone.
+Where the text holds several documents (a blank line, SEPARATOR, between each two, at byte
+offsets the caller noted), GPT-2's ids hold end-of-text in place of each separator, and each
+document is encoded on its own (`chunks`), as nanoGPT's openwebtext/prepare.py does.
 
 - gpt2: the chunks are encoded on every core (tiktoken releases the GIL) and each id written as
   it comes. A chunk ends only where GPT-2's pre-tokenizer ends a piece whatever follows, so the
