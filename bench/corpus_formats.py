@@ -189,7 +189,8 @@ def run(quick: bool, size_mb: int = 250, rounds: int = 2,
     formats = ("txt", *(f for f in formats if f != "txt"))
     loads: list[float] = []
     result = Result(
-        "corpus_formats",
+        # results/corpus_formats.json for the default formats, another file for others
+        "corpus_formats" + ("" if formats == FORMATS else "-" + "-".join(formats[1:])),
         {"text MB": size // 1_000_000, "rounds": rounds, "document bytes": DOC_BYTES,
          "parquet row group rows": ROW_GROUP, "cores": os.cpu_count(), "formats": formats,
          "load average before each run": loads,
