@@ -303,12 +303,15 @@ def _encode_into(
     return TokenFiles(tok, tuple(tokens), tuple(nbytes), sample_bytes)
 
 
+OFFSETS = 1 << 16  # document offsets read at a time (as Python ints: ~2 MB)
+
+
 def _offsets(path: Path | None) -> Iterator[int]:
-    """The int64s in the file at `path` (none without one), read ID_CHUNK at a time."""
+    """The int64s in the file at `path` (none without one), read OFFSETS at a time."""
     if path is None:
         return
     with open(path, "rb") as f:
-        for offsets in _read_ids(f, "int64"):
+        while len(offsets := np.fromfile(f, dtype=np.int64, count=OFFSETS)):
             yield from offsets.tolist()
 
 

@@ -176,6 +176,7 @@ def test_documents_are_encoded_apart_with_end_of_text_between_them(
     cut: int, size: int, tmp_path: Path, monkeypatch
 ) -> None:
     monkeypatch.setattr(gpt.data.tokenfiles, "CHUNK_CHARS", size)
+    monkeypatch.setattr(gpt.data.tokenfiles, "OFFSETS", 3)  # the offsets read in three goes
     path, breaks = joined(DOCS, tmp_path)
     out = tokenize_file("gpt2", path, cut, compact=False, max_vocab=0, out=tmp_path,
                         breaks=breaks)  # fmt: skip
