@@ -145,7 +145,7 @@ class _Chunker:
 
     def separator(self) -> Iterator[Chunk]:
         size = len(SEPARATOR)  # as many characters as bytes: ASCII
-        if self.split == 0 and self.pos + size >= self.cut:  # the cut falls in it or after it
+        if self.split == 0 and self.pos + size >= self.cut:  # the cut falls in it or at its end
             into = self.cut - self.pos
             self.separator_bytes += into
             yield from self._next_split(into)
