@@ -221,7 +221,8 @@ def run(quick: bool, size_mb: int = 250, rounds: int = 2,
                       f"{rss[fmt]:.0f} MB (load average {loads[-1]})", flush=True)
         txt, txt_cpu = Stats(seconds["txt"]).median, Stats(cpus["txt"]).median
         readers = {fmt: reader(paths[fmt], "json") for fmt in formats}
-        if has_orjson():  # the parser load-corpus does not use, measured again beside its own
+        if has_orjson() and "jsonl.zst" in formats:  # the parser load-corpus does not use,
+            # measured again beside its own
             readers["jsonl.zst (orjson)"] = reader(paths["jsonl.zst"], "orjson")
         for fmt in readers:
             mbps, cpu_mbps, peak = readers[fmt]
