@@ -38,14 +38,7 @@ import numpy as np
 import tiktoken
 
 from gpt.data.cleaning import SEPARATOR
-from gpt.data.tokenizer import (
-    ENDOFTEXT,
-    CharTokenizer,
-    GPT2Tokenizer,
-    Tokenizer,
-    gpt2_encoding,
-    piece_cuts,
-)
+from gpt.data.tokenizer import CharTokenizer, GPT2Tokenizer, Tokenizer, gpt2_encoding, piece_cuts
 from gpt.errors import InputError
 from gpt.rundir.layout import dtype_for
 
@@ -365,33 +358,21 @@ def _encoded(
     """(split, bytes of the text, ids) per chunk, in order. The chunks end at safe cuts, which
     hold for any BPE with GPT-2's pre-tokenizer (GPT-2's own, or a compacted vocabulary's), or
     at a document's end; each document is encoded on its own, end-of-text between two."""
+    eot = np.array([enc.eot_token], dtype=np.uint32)
 
     def encode(chunk: Chunk) -> tuple[int, int, np.ndarray]:
+        # No special tokens: "<|endoftext|>" in a text is just text (as encode_ordinary).
+        ids = [enc.encode_to_numpy(text, disallowed_special=()) for text in chunk.parts]
+        if len(ids) > 1:
+            ids = np.concatenate([a for doc in ids for a in (doc, eot)][:-1])
+        else:
+            ids = ids[0]
         size = chunk.separator_bytes + sum(
             len(text) if text.isascii() else len(text.encode("utf-8")) for text in chunk.parts
         )
-        return chunk.split, size, _documents_ids(enc, chunk.parts)
+        return chunk.split, size, ids
 
     return _in_order(encode, parts)
-
-
-_EOT = frozenset({ENDOFTEXT})
-
-
-def _documents_ids(enc: tiktoken.Encoding, texts: list[str]) -> np.ndarray:
-    """`texts` encoded each on its own, end-of-text between two. "<|endoftext|>" written in a
-    text is text, as encode_ordinary has it."""
-    if len(texts) == 1:
-        return enc.encode_to_numpy(texts[0], disallowed_special=())
-    # One call for them all, tiktoken encoding the texts between special tokens apart: a call a
-    # document took the GIL back for each (a 4 KB record's), and the workers queued for it.
-    # Where a text spells "<|endoftext|>" itself (no two spellings overlap), each is encoded alone.
-    joined = ENDOFTEXT.join(texts)
-    if joined.count(ENDOFTEXT) == len(texts) - 1:
-        return enc.encode_to_numpy(joined, allowed_special=_EOT, disallowed_special=())
-    eot = np.array([enc.eot_token], dtype=np.uint32)
-    ids = [enc.encode_to_numpy(text, disallowed_special=()) for text in texts]
-    return np.concatenate([a for doc in ids for a in (doc, eot)][:-1])
 
 
 def tokenize_with(tok: Tokenizer, path: Path, cut: int, out: Path,
