@@ -84,9 +84,8 @@ class Breaks:
             self._held.tofile(f)
         del self._held[:]
 
-    @property
-    def file(self) -> Path | None:
-        """The file of offsets (None for a text of one document)."""
+    def finish(self) -> Path | None:
+        """The file of offsets, every one written (None for a text of one document)."""
         self.flush()
         return self.path if self.count else None
 
@@ -105,7 +104,7 @@ def main(cfg: CorpusConfig) -> None:
             print(f"corpus: {rundir.path} already up to date (same inputs and text); "
                   "nothing written")
             return
-        out = tokenize(cfg, text_path, text, scratch, breaks.file)
+        out = tokenize(cfg, text_path, text, scratch, breaks.finish())
         meta = meta_of(inputs, out)
         source = {
             "source": inputs.source,
