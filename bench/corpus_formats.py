@@ -1,24 +1,34 @@
 """Corpus files by format: load-corpus on the same text as plain `.txt`, as JSON Lines compressed
-with zstd (`.jsonl.zst`) and as Parquet, its speed against the `.txt` and its peak memory; and
-the readers alone (no tokenizing), JSON Lines parsed with the standard json (load-corpus's) and,
-where it is installed, orjson.
+with zstd (`.jsonl.zst`) and as Parquet (and, with --formats, JSON Lines compressed with gzip,
+bz2 or xz), its speed against the `.txt` and its peak memory; and the readers alone (no
+tokenizing), JSON Lines parsed with the standard json (load-corpus's) and, where it is
+installed, orjson.
 
 The text is the Shakespeare plays repeated, cut into FineWeb-like documents of ~4 KB at blank
 lines; the `.txt` is those documents joined by a blank line, which is the text every format
-gives (the stage's corpus_sha256 must agree: the table says so). Parquet is written in row
-groups of ROW_GROUP rows (~32 MB of text each: pyarrow decodes a row group's column at once, so
-the stage's memory grows with the row group, not with the file). Each stage runs as a child
-process (as in bench/corpus_speed.py: wall seconds, ru_maxrss, and here its CPU seconds too, the
-steadier measure where other work shares the machine), in rounds (every format once a round),
-each format's median over the rounds compared with the `.txt`'s.
+gives (the stage's corpus_sha256 must agree: the table says so; the `.txt` is one document,
+the records ~4 KB documents each encoded on its own, end-of-text between them). Parquet is
+written in row groups of ROW_GROUP rows (~32 MB of text each: pyarrow decodes a row group's
+column at once, so the stage's memory grows with the row group, not with the file). Each stage
+runs as a child process (as in bench/corpus_speed.py: wall seconds, ru_maxrss, and here its CPU
+seconds too, the steadier measure where other work shares the machine), in rounds (every format
+once a round), each format's median over the rounds compared with the `.txt`'s. The load
+average is recorded before every run (other work on the machine slows every format alike
+within a round).
 
-`python -m bench.corpus_formats --size 250` (MB; the default); `make bench BENCH=corpus_formats`.
+`python -m bench.corpus_formats --size 250` (MB; the default); `--formats
+txt,jsonl.gz,jsonl.bz2,jsonl.xz`; `make bench BENCH=corpus_formats`.
 """
 
 from __future__ import annotations
 
 import argparse
+import bz2
+import contextlib
+import functools
+import gzip
 import json
+import lzma
 import os
 import shutil
 import subprocess
@@ -33,7 +43,12 @@ from bench.harness import Result, Stats, fmt_stats
 
 DOC_BYTES = 4000  # a document: the blank-line-cut pieces of the plays joined up to this size
 ROW_GROUP = 8192  # Parquet rows per row group (~32 MB of these documents)
-FORMATS = ("txt", "jsonl.zst", "parquet")
+FORMATS = ("txt", "jsonl.zst", "parquet")  # the default; the .txt is always measured
+# JSON Lines through each compressor: zstd at level 3, gzip and bz2 at their libraries' default
+# levels (as such files are shipped), xz at preset 1 (its default, 6, writes 250 MB in over ten
+# minutes here; reading, what is measured, runs at about the same speed at any preset)
+JSONL = {"jsonl.zst": None, "jsonl.gz": gzip.open, "jsonl.bz2": bz2.open,
+         "jsonl.xz": functools.partial(lzma.open, preset=1)}
 
 # The readers alone: read_source into a sink that counts; argv: source, json library.
 READER = """
@@ -77,30 +92,40 @@ def documents(size: int) -> Iterator[str]:
                     return
 
 
-def write_sources(size: int, folder: Path) -> dict[str, Path]:
-    """The same documents as .txt, .jsonl.zst and .parquet, streamed to disk."""
+def write_sources(size: int, folder: Path, formats: tuple[str, ...]) -> dict[str, Path]:
+    """The same documents as .txt and each of `formats`, streamed to disk."""
     import pyarrow as pa
     import pyarrow.parquet as pq
     import zstandard
 
-    paths = {fmt: folder / f"corpus.{fmt}" for fmt in FORMATS}
+    paths = {fmt: folder / f"corpus.{fmt}" for fmt in formats}
     schema = pa.schema([("id", pa.int64()), ("text", pa.string())])
-    with (
-        open(paths["txt"], "wb") as txt,
-        open(paths["jsonl.zst"], "wb") as raw,
-        zstandard.ZstdCompressor(level=3).stream_writer(raw) as jsonl,
-        pq.ParquetWriter(paths["parquet"], schema) as parquet,
-    ):
+    with contextlib.ExitStack() as files:
+        txt = files.enter_context(open(paths["txt"], "wb"))
+        jsonls = []
+        for fmt in set(formats) & JSONL.keys():
+            if JSONL[fmt] is None:
+                raw = files.enter_context(open(paths[fmt], "wb"))
+                writer = zstandard.ZstdCompressor(level=3).stream_writer(raw)
+            else:
+                writer = JSONL[fmt](paths[fmt], "wb")
+            jsonls.append(files.enter_context(writer))
+        parquet = (files.enter_context(pq.ParquetWriter(paths["parquet"], schema))
+                   if "parquet" in formats else None)  # fmt: skip
         batch: list[str] = []
         for i, doc in enumerate(documents(size)):
             txt.write((b"\n\n" if i else b"") + doc.encode())
-            jsonl.write(json.dumps({"id": i, "text": doc}).encode() + b"\n")
+            line = json.dumps({"id": i, "text": doc}).encode() + b"\n"
+            for jsonl in jsonls:
+                jsonl.write(line)
             batch.append(doc)
-            if len(batch) == ROW_GROUP:
+            if parquet and len(batch) == ROW_GROUP:
                 parquet.write_table(pa.table({"id": range(i - len(batch) + 1, i + 1),
                                               "text": batch}, schema=schema))  # fmt: skip
                 batch = []
-        if batch:
+            elif not parquet:
+                batch = []
+        if parquet and batch:
             start = i - len(batch) + 1
             parquet.write_table(pa.table({"id": range(start, i + 1), "text": batch},
                                          schema=schema))  # fmt: skip
@@ -161,13 +186,18 @@ def has_orjson() -> bool:
     return True
 
 
-def run(quick: bool, size_mb: int = 250, rounds: int = 2) -> Result:
+def run(quick: bool, size_mb: int = 250, rounds: int = 2,
+        formats: tuple[str, ...] = FORMATS) -> Result:
     size = (20 if quick else size_mb) * 1_000_000
     rounds = 1 if quick else rounds
+    formats = ("txt", *(f for f in formats if f != "txt"))
+    loads: list[float] = []
     result = Result(
-        "corpus_formats",
+        # results/corpus_formats.json for the default formats, another file for others
+        "corpus_formats" + ("" if formats == FORMATS else "-" + "-".join(formats[1:])),
         {"text MB": size // 1_000_000, "rounds": rounds, "document bytes": DOC_BYTES,
-         "parquet row group rows": ROW_GROUP, "cores": os.cpu_count(),
+         "parquet row group rows": ROW_GROUP, "cores": os.cpu_count(), "formats": formats,
+         "load average before each run": loads,
          "stage": "load-corpus --tokenizer gpt2 --compact true (the defaults)"},
         ["format", "file MB", "stage seconds", "stage MB/s", "vs .txt", "stage CPU s",
          "vs .txt (CPU)", "stage peak RSS MB", "same text", "reader MB/s", "reader MB/s (CPU)",
@@ -175,28 +205,30 @@ def run(quick: bool, size_mb: int = 250, rounds: int = 2) -> Result:
     )
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
-        paths = write_sources(size, folder)
+        paths = write_sources(size, folder, formats)
         text_mb = paths["txt"].stat().st_size / 1e6
-        seconds: dict[str, list[float]] = {fmt: [] for fmt in FORMATS}
-        cpus: dict[str, list[float]] = {fmt: [] for fmt in FORMATS}
+        seconds: dict[str, list[float]] = {fmt: [] for fmt in formats}
+        cpus: dict[str, list[float]] = {fmt: [] for fmt in formats}
         rss: dict[str, float] = {}
         sha: dict[str, str] = {}
         for r in range(rounds):
-            for fmt in FORMATS:
+            for fmt in formats:
+                loads.append(round(os.getloadavg()[0], 2))
                 took, cpu, rss[fmt], sha[fmt] = stage(paths[fmt], folder / "root", f"{fmt}-{r}")
                 seconds[fmt].append(took)
                 cpus[fmt].append(cpu)
                 print(f"bench: corpus_formats {fmt} round {r + 1}: {took:.1f} s, CPU {cpu:.1f} s, "
-                      f"{rss[fmt]:.0f} MB", flush=True)
+                      f"{rss[fmt]:.0f} MB (load average {loads[-1]})", flush=True)
         txt, txt_cpu = Stats(seconds["txt"]).median, Stats(cpus["txt"]).median
-        readers = {fmt: reader(paths[fmt], "json") for fmt in FORMATS}
-        if has_orjson():  # the parser load-corpus does not use, measured again beside its own
+        readers = {fmt: reader(paths[fmt], "json") for fmt in formats}
+        if has_orjson() and "jsonl.zst" in formats:  # the parser load-corpus does not use,
+            # measured again beside its own
             readers["jsonl.zst (orjson)"] = reader(paths["jsonl.zst"], "orjson")
         for fmt in readers:
             mbps, cpu_mbps, peak = readers[fmt]
             row = {"format": fmt, "reader MB/s": round(mbps, 1),
                    "reader MB/s (CPU)": round(cpu_mbps, 1), "reader peak RSS MB": round(peak)}
-            if fmt in FORMATS:
+            if fmt in formats:
                 took, cpu = Stats(seconds[fmt]), Stats(cpus[fmt])
                 row.update({
                     "file MB": round(paths[fmt].stat().st_size / 1e6, 1),
@@ -217,8 +249,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--quick", action="store_true", help="20 MB, one round")
     parser.add_argument("--size", type=int, default=250, help="MB of text (default 250)")
     parser.add_argument("--rounds", type=int, default=2, help="stage runs per format")
+    parser.add_argument("--formats", default=",".join(FORMATS),
+                        help=f"comma-separated, of txt, parquet, {', '.join(JSONL)}")
     args = parser.parse_args(argv)
-    result = run(args.quick, args.size, args.rounds)
+    result = run(args.quick, args.size, args.rounds, tuple(args.formats.split(",")))
     result.settings["quick"] = args.quick
     print(result.markdown())
     print(f"bench: wrote {result.write()}")

@@ -112,19 +112,23 @@ def child(cmd: list[str]) -> tuple[float, float, str]:
 
 def run(
     quick: bool, large: bool = False, tokenizers: tuple[str, ...] = ("gpt2", "char"),
-    rounds: int = 0,
+    rounds: int = 0, only: tuple[str, ...] = (), compact: tuple[bool, ...] = (True, False),
 ) -> Result:
-    """`rounds` > 0 runs every size that many rounds (default: `rounds_for`)."""
+    """`rounds` > 0 runs every size that many rounds (default: `rounds_for`); `only`: these
+    sizes alone; `compact`: the gpt2 cases with these --compact."""
     sizes = ["5 MB"] if quick else ["5 MB", "100 MB"] + (["2 GB"] if large else [])
+    sizes = [s for s in SIZES if s in only] if only else sizes
     result = Result(
-        "corpus",
+        # results/corpus.json for the usual sizes, another file for others
+        "corpus" + ("-" + "-".join(sizes).replace(" ", "") if only else ""),
         {"sizes": sizes, "source": "the Shakespeare plays, repeated", "cores": os.cpu_count(),
          "rounds": {label: rounds or rounds_for(label, quick) for label in sizes}},
         ["size", "tokenizer", "compact", "seconds", "MB/s", "peak RSS MB", "raw tiktoken MB/s",
          "vs raw"],
     )
     cases = [(t, c) for t, c in CASES
-             if t in tokenizers and not (quick and t == "gpt2" and not c)]
+             if t in tokenizers and not (quick and t == "gpt2" and not c)
+             and (t != "gpt2" or c in compact)]
     with tempfile.TemporaryDirectory() as tmp:
         for label in sizes:
             folder = Path(tmp) / label.replace(" ", "")
@@ -134,11 +138,14 @@ def run(
             # Rounds of raw tiktoken then every case, and raw tiktoken once more at the end:
             # the machine's speed drifts over minutes, and each side sees the same drift.
             raws, raw_rss, rss, seconds = [], [], {}, {case: [] for case in cases}
+            loads = result.settings.setdefault("load average before each run", {})[label] = []
             for _ in range(rounds or rounds_for(label, quick)):
+                loads.append(round(os.getloadavg()[0], 2))
                 mbps, peak = raw_tiktoken(path, label)
                 raws.append(mbps)
                 raw_rss.append(peak)
                 for tokenizer, compact in cases:
+                    loads.append(round(os.getloadavg()[0], 2))
                     run_dir = f"{tokenizer}-{compact}-{len(raws)}"
                     took, rss[tokenizer, compact], _ = child(
                         [sys.executable, "-m", "gpt", "load-corpus", "--root",
@@ -150,6 +157,7 @@ def run(
                     print(f"bench: corpus {label} {tokenizer} compact={compact}: {took:.2f} s",
                           flush=True)
                     shutil.rmtree(folder / "root" / run_dir)
+            loads.append(round(os.getloadavg()[0], 2))
             mbps, peak = raw_tiktoken(path, label)
             raws.append(mbps)
             raw_rss.append(peak)
@@ -189,8 +197,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--tokenizers", default="gpt2,char", help="comma-separated")
     parser.add_argument("--rounds", type=int, default=0,
                         help="rounds at every size (default: 3, 1 at 2 GB and with --quick)")
+    parser.add_argument("--sizes", default="",
+                        help=f"only these, comma-separated: {', '.join(SIZES)}")
+    parser.add_argument("--compact", default="true,false", help="the gpt2 cases' --compact")
     args = parser.parse_args(argv)
-    result = run(args.quick, args.large, tuple(args.tokenizers.split(",")), args.rounds)
+    only = tuple(filter(None, args.sizes.split(",")))
+    compact = tuple(c == "true" for c in args.compact.split(","))
+    result = run(args.quick, args.large, tuple(args.tokenizers.split(",")), args.rounds, only,
+                 compact)  # fmt: skip
     result.settings["quick"] = args.quick
     print(result.markdown())
     print(f"bench: wrote {result.write()}")

@@ -1,7 +1,8 @@
 """load-corpus: turn a text into training data in the run directory, in bounded memory.
 
-    source -> cleaned text (streamed to a file) -> split (last val_fraction of its characters
-    is validation) -> tokenize each part (streamed, every core) ->
+    source -> cleaned text (streamed to a file, a blank line between documents) -> split (last
+    val_fraction of its characters is validation) -> tokenize each part (streamed, every core;
+    end-of-text between documents where the tokenizer has one) ->
     corpus/{text.txt,source.json} + data/{train.bin,val.bin,tokenizer.json,meta.json}
 
 No pass holds the corpus: documents are cleaned chunk by chunk into a scratch directory beside
@@ -16,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import os
+from array import array
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -28,7 +30,14 @@ from gpt.data.tokenfiles import TokenFiles, tokenize_file, tokenize_with
 from gpt.data.tokenizer import GPT2Tokenizer, Tokenizer, pretrained_tokenizer
 from gpt.errors import InputError
 from gpt.rundir.atomic import scratch_dir, staged_dir, write_json
-from gpt.rundir.layout import CorpusInputs, DataMeta, RunDir, dtype_for, read_json_object
+from gpt.rundir.layout import (
+    ADDED_INPUTS,
+    CorpusInputs,
+    DataMeta,
+    RunDir,
+    dtype_for,
+    read_json_object,
+)
 
 
 def cut_at(chars: int, val_fraction: float) -> int:
@@ -55,6 +64,32 @@ class TextFile:
         self.nbytes += len(data)
 
 
+class Breaks:
+    """Where the cleaned text's documents meet: the byte offset of each separator between two,
+    kept in a file (8 bytes a document: a corpus of millions of records is not held)."""
+
+    HELD = 1 << 16  # offsets held before they are appended to the file
+
+    def __init__(self, path: Path) -> None:
+        self.path, self.count, self._held = path, 0, array("q")
+
+    def add(self, at: int) -> None:
+        self._held.append(at)
+        self.count += 1
+        if len(self._held) >= self.HELD:
+            self.flush()
+
+    def flush(self) -> None:
+        with open(self.path, "ab") as f:
+            self._held.tofile(f)
+        del self._held[:]
+
+    def finish(self) -> Path | None:
+        """The file of offsets, every one written (None for a text of one document)."""
+        self.flush()
+        return self.path if self.count else None
+
+
 def main(cfg: CorpusConfig) -> None:
     """The stage: clean --source into a scratch file; unless the run holds data of these inputs
     already, tokenize it and move the text and token files into place."""
@@ -62,13 +97,14 @@ def main(cfg: CorpusConfig) -> None:
     kind = kind_of(cfg.source)
     with scratch_dir(rundir.path, what="the corpus (download, cleaned text, token ids)") as scratch:
         text_path = scratch / rundir.text_txt.name
-        text, docs = clean(cfg, kind, text_path, scratch)
-        inputs = inputs_of(cfg, text)
+        breaks = Breaks(scratch / "breaks")
+        text, docs = clean(cfg, kind, text_path, scratch, breaks)
+        inputs = inputs_of(cfg, text, breaks.count + 1)
         if up_to_date(rundir, inputs, cfg.overwrite):
             print(f"corpus: {rundir.path} already up to date (same inputs and text); "
                   "nothing written")
             return
-        out = tokenize(cfg, text_path, text, scratch)
+        out = tokenize(cfg, text_path, text, scratch, breaks.finish())
         meta = meta_of(inputs, out)
         source = {
             "source": inputs.source,
@@ -87,15 +123,15 @@ def main(cfg: CorpusConfig) -> None:
     print(f"corpus: wrote {rundir.data_dir}/{{train.bin,val.bin,tokenizer.json,meta.json}}")
 
 
-def clean(cfg: CorpusConfig, kind: str, text_path: Path,
-          scratch: Path) -> tuple[TextFile, list[Document]]:
-    """Read --source (of `kind`) cleaned into `text_path`, downloads into `scratch`; say what
-    each document gave."""
+def clean(cfg: CorpusConfig, kind: str, text_path: Path, scratch: Path,
+          breaks: Breaks) -> tuple[TextFile, list[Document]]:
+    """Read --source (of `kind`) cleaned into `text_path`, where its documents meet into
+    `breaks`, downloads into `scratch`; say what each file gave."""
     reading = Progress("cleaned", source_bytes(cfg.source))
     with open(text_path, "wb") as f:
         text = TextFile(f)
         docs = read_source(cfg.source, download_of(cfg), scratch, text.write, reading.update,
-                           cfg.text_field)
+                           cfg.text_field, breaks.add)
     reading.done()
     for doc in docs:
         print(f"corpus: read {doc.origin} ({kind}): {doc.raw_bytes:,} bytes{records(doc)}; "
@@ -103,8 +139,9 @@ def clean(cfg: CorpusConfig, kind: str, text_path: Path,
     return text, docs
 
 
-def inputs_of(cfg: CorpusConfig, text: TextFile) -> CorpusInputs:
-    """What the data will be made from: the flags that shape it and the cleaned text's hash."""
+def inputs_of(cfg: CorpusConfig, text: TextFile, documents: int) -> CorpusInputs:
+    """What the data will be made from: the flags that shape it, the cleaned text's hash and
+    how many documents it holds."""
     compacted = cfg.compact and cfg.tokenizer == "gpt2"
     return CorpusInputs(
         source=canonical(cfg.source),
@@ -115,24 +152,28 @@ def inputs_of(cfg: CorpusConfig, text: TextFile) -> CorpusInputs:
         block_size=cfg.block_size,
         corpus_sha256=text.sha256.hexdigest(),
         init_from=model_source.parse(cfg.init_from).canonical if cfg.init_from else "",
+        documents=documents,
     )
 
 
-def tokenize(cfg: CorpusConfig, text_path: Path, text: TextFile, scratch: Path) -> TokenFiles:
-    """The token files of the cleaned text at `text_path`, written into `scratch`, long enough
-    for --block_size in both splits."""
+def tokenize(cfg: CorpusConfig, text_path: Path, text: TextFile, scratch: Path,
+             breaks: Path | None) -> TokenFiles:
+    """The token files of the cleaned text at `text_path`, written into `scratch`, end-of-text
+    where `breaks` says documents meet (a tokenizer without one keeps the blank line), long
+    enough for --block_size in both splits."""
     tokenizing = Progress("tokenized", text.nbytes)
     cut = cut_at(text.chars, cfg.val_fraction)
     theirs = init_from_tokenizer(cfg)
     if isinstance(theirs, GPT2Tokenizer) and theirs.kept is None:
         # GPT-2's whole vocabulary: its tokens as GPT-2 splits the text, --compact keeping the
         # rows of those the text uses (never --max_vocab's byte fallback of rare ones).
-        out = tokenize_file("gpt2", text_path, cut, cfg.compact, 0, scratch, tokenizing.update)
+        out = tokenize_file("gpt2", text_path, cut, cfg.compact, 0, scratch, tokenizing.update,
+                            breaks)  # fmt: skip
     elif theirs is not None:  # an earlier run's vocabulary, as it is
-        out = tokenize_with(theirs, text_path, cut, scratch, tokenizing.update)
+        out = tokenize_with(theirs, text_path, cut, scratch, tokenizing.update, breaks)
     else:
         out = tokenize_file(cfg.tokenizer, text_path, cut, cfg.compact, cfg.max_vocab, scratch,
-                            tokenizing.update)  # fmt: skip
+                            tokenizing.update, breaks)  # fmt: skip
     tokenizing.done()
     check_length(cfg, out)
     print(f"corpus: tokenizer {describe(out.tokenizer)}")
@@ -224,7 +265,7 @@ def up_to_date(rundir: RunDir, inputs: CorpusInputs, overwrite: bool) -> bool:
         print(f"corpus: --overwrite: replacing the corpus and data of {rundir.path}")
         return False
     now = dataclasses.asdict(inputs)
-    what = ", ".join(f"{k} {old.get(k)!r} there, {now[k]!r} now" for k in diff)
+    what = ", ".join(f"{k} {old.get(k, ADDED_INPUTS.get(k))!r} there, {now[k]!r} now" for k in diff)
     raise InputError(
         f"--run {rundir.run_id!r}: {rundir.path} already holds data from other inputs ({what}); "
         "use a new --run or pass --overwrite true"

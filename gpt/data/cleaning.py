@@ -24,6 +24,9 @@ _START = re.compile(r"^\*{3}\s*START OF (?:THE |THIS )?PROJECT GUTENBERG.*$", re
 _END = re.compile(r"^\*{3}\s*END OF (?:THE |THIS )?PROJECT GUTENBERG.*$", re.I | re.M)
 # A line longer than this is searched for markers in pieces (only its start can begin one).
 LONG_LINE = 1 << 22
+# What the cleaned text holds between two documents: a blank line, where the token files hold
+# end-of-text instead (gpt/data/tokenfiles.py; a tokenizer without one keeps the blank line).
+SEPARATOR = b"\n\n"
 
 
 @dataclass

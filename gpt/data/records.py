@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gpt.data.cleaning import clean
+from gpt.data.cleaning import SEPARATOR, clean
 from gpt.errors import InputError, first_line
 
 MAX_LINE = 64 << 20  # a JSON Lines record longer than this is refused, not held
@@ -154,13 +154,16 @@ def clean_record(text: str) -> tuple[str, dict[str, int]]:
 
 
 def write_documents(
-    origin: str, texts: Iterable[str | None], write: Callable[[bytes], object], sep: bytes,
+    origin: str, texts: Iterable[str | None], write: Callable[[bytes], object], after: bool,
     max_bytes: int, progress: Callable[[int], None] = lambda n: None,
+    separator_at: Callable[[int], None] = lambda ahead: None,
 ) -> Records:
-    """Clean each record's text and write it as a document, `sep` before the first one and a
-    blank line between them; skip (and count) null and empty records. More than `max_bytes` of
-    text is refused. Documents are handed to `write` about WRITE_BYTES at a time."""
-    out, pending, held = Records(), [], 0
+    """Clean each record's text and write it as a document, SEPARATOR between documents (and
+    before the first one `after` an earlier document), telling `separator_at` where each
+    starts: how many bytes after what `write` has been given so far; skip (and count) null and
+    empty records. More than `max_bytes` of text is refused. Documents are handed to `write`
+    about WRITE_BYTES at a time."""
+    out, pending, held, ahead = Records(), [], 0, 0
     for text in texts:
         if not text or text.isspace():
             out.skip("null" if text is None else "empty")
@@ -172,7 +175,12 @@ def write_documents(
         for k, v in removed.items():
             out.removed[k] = out.removed.get(k, 0) + v
         data = kept.encode("utf-8")
-        pending += (sep if not out.documents else b"\n\n", data)
+        if after or out.documents:
+            separator_at(ahead)
+            pending.append(SEPARATOR)
+            ahead += len(SEPARATOR)
+        pending.append(data)
+        ahead += len(data)
         out.documents += 1
         out.kept_bytes += len(data)
         held += len(data)
@@ -183,7 +191,7 @@ def write_documents(
         if held >= WRITE_BYTES:
             write(b"".join(pending))
             progress(held)
-            pending, held = [], 0
+            pending, held, ahead = [], 0, 0
     if pending:
         write(b"".join(pending))
         progress(held)

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from gpt.data import formats
-from gpt.data.cleaning import emit, scan
+from gpt.data.cleaning import SEPARATOR, emit, scan
 from gpt.data.formats import Format, check_magic, format_of, format_or_text
 from gpt.data.objectstore import Patience, Store, is_prefix, scheme_of
 from gpt.data.progress import Progress
@@ -159,13 +159,15 @@ CORPUS_FILES = "*.txt, *.jsonl, *.json or *.parquet, each optionally .gz, .zst, 
 def read_source(
     source: str, dl: Download, scratch: Path, write: Callable[[bytes], object],
     progress: Callable[[int], None] = lambda n: None, text_field: str = "text",
+    breaks: Callable[[int], None] = lambda at: None,
 ) -> list[Document]:
     """Clean the documents of `source` in order, writing their kept text through `write` (as
-    UTF-8 bytes), one blank line ("\\n\\n") between documents; returns what was read of each
-    file. A URL or an object is downloaded into `scratch` first. `progress` hears of every
+    UTF-8 bytes), SEPARATOR (a blank line) between documents, each of whose byte offsets in the
+    text `breaks` hears of (where the token files put end-of-text); returns what was read of
+    each file. A URL or an object is downloaded into `scratch` first. `progress` hears of every
     chunk cleaned. Records give their text from the field `text_field`."""
     kind = kind_of(source)
-    reader = Reader(dl.max_bytes, scratch, text_field, write, progress)
+    reader = Reader(dl.max_bytes, scratch, text_field, write, progress, breaks)
     if kind in ("object", "prefix", "hf"):
         docs = read_objects(source, kind, dl, reader)
     elif kind == "embedded":
@@ -200,20 +202,32 @@ def read_dir(source: str, reader: Reader) -> list[Document]:
 
 
 class Reader:
-    """Reads the files of one source in turn, each by its format, into one text: a blank line
-    between documents, the --max_bytes cap over them all (growing files too)."""
+    """Reads the files of one source in turn, each by its format, into one text: SEPARATOR
+    between documents (each one's offset told to `breaks`), the --max_bytes cap over them all
+    (growing files too)."""
 
     def __init__(self, max_bytes: int, scratch: Path, text_field: str,
-                 write: Callable[[bytes], object], progress: Callable[[int], None]) -> None:
+                 write: Callable[[bytes], object], progress: Callable[[int], None],
+                 breaks: Callable[[int], None] = lambda at: None) -> None:
         self.left, self.scratch, self.text_field = max_bytes, scratch, text_field
-        self.write, self.progress = write, progress
-        self.written = False  # a document has been written: the next one starts after a blank line
+        self._write, self.progress, self.breaks = write, progress, breaks
+        self.offset = 0  # bytes of text written
+        self.written = False  # a document has been written: the next one starts after SEPARATOR
+
+    def write(self, data: bytes) -> None:
+        self._write(data)
+        self.offset += len(data)
+
+    def separator_at(self, ahead: int) -> None:
+        """A SEPARATOR starts `ahead` bytes after the text written so far."""
+        self.breaks(self.offset + ahead)
 
     def read(self, origin: str, path: Path, fmt: Format) -> Document:
         check_magic(origin, path, fmt)
         if fmt.kind == "txt":
             if self.written:
-                self.write(b"\n\n")
+                self.separator_at(0)
+                self.write(SEPARATOR)
             doc = read_document(origin, path, self.left, self.write, self.progress,
                                 fmt.compression)
         else:
@@ -232,8 +246,8 @@ class Reader:
             if fmt.compression:  # Parquet needs to seek (its footer first): decompress to a file
                 path = self.decompressed(origin, path, fmt.compression)
             texts = parquet_texts(origin, path, self.text_field)
-        sep = b"\n\n" if self.written else b""
-        got = write_documents(origin, texts, self.write, sep, self.left, self.progress)
+        got = write_documents(origin, texts, self.write, self.written, self.left, self.progress,
+                              self.separator_at)
         (self.scratch / "decompressed").unlink(missing_ok=True)  # one on disk at a time
         return Document(origin, size, sha256, got.kept_bytes, got.removed, str(fmt),
                         got.documents, got.skipped)

@@ -2,6 +2,9 @@
 
 The text is read in chunks of about a megabyte and never held whole; ids go straight to files.
 Train is the text's first `cut` characters, validation the rest, each tokenized as if alone.
+Where the text holds several documents (a blank line, SEPARATOR, between each two, at byte
+offsets the caller noted), GPT-2's ids hold end-of-text in place of each separator, and each
+document is encoded on its own (`chunks`), as nanoGPT's openwebtext/prepare.py does.
 
 - gpt2: the chunks are encoded on every core (tiktoken releases the GIL) and each id written as
   it comes. A chunk ends only where GPT-2's pre-tokenizer ends a piece whatever follows, so the
@@ -34,6 +37,7 @@ from typing import BinaryIO, TypeVar
 import numpy as np
 import tiktoken
 
+from gpt.data.cleaning import SEPARATOR
 from gpt.data.tokenizer import CharTokenizer, GPT2Tokenizer, Tokenizer, gpt2_encoding, piece_cuts
 from gpt.errors import InputError
 from gpt.rundir.layout import dtype_for
@@ -72,30 +76,120 @@ class TokenFiles:
     """Bytes of the text the vocabulary was counted on, when a sample (0: the whole text)."""
 
 
-def chunks(path: Path, cut: int, safe: bool) -> Iterator[tuple[int, str]]:
-    """(split, text) for the UTF-8 text file at `path`: split 0 is its first `cut` characters,
-    split 1 the rest. With `safe`, a chunk ends only at a SAFE_CUT or at its split's end."""
+@dataclass
+class Chunk:
+    """A piece of one split's text: `parts` tokenized one by one, end-of-text between each two
+    (one part: no document ends in it), standing for `separator_bytes` bytes of the text's
+    document separators besides the parts' own."""
+
+    split: int
+    parts: list[str]
+    separator_bytes: int = 0
+
+
+def chunks(path: Path, cut: int, safe: bool, breaks: Iterable[int] = ()) -> Iterator[Chunk]:
+    """The UTF-8 text file at `path` in chunks: split 0 is its first `cut` characters, split 1
+    the rest. With `safe`, a chunk ends only at a SAFE_CUT, a document's end or its split's end.
+    `breaks`: the byte offsets (ascending) of the SEPARATORs between documents, each replaced by
+    end-of-text between the documents on either side of it within a split (none at a split's
+    start or end; a separator the cut falls in or next to separates nothing)."""
+    chunker = _Chunker(cut, safe)
+    for text in _pieces(path, iter(breaks)):
+        yield from chunker.separator() if text is None else chunker.text(text)
+    yield from chunker.end()
+
+
+def _pieces(path: Path, breaks: Iterator[int]) -> Iterator[str | None]:
+    """The text of the file at `path` in pieces, None in place of each SEPARATOR at `breaks`."""
     decoder = codecs.getincrementaldecoder("utf-8")()
-    split, pos, buf = 0, 0, ""
+    at, next_break = 0, next(breaks, None)
     with open(path, "rb") as f:
-        while raw := f.read(CHUNK_CHARS):
-            text = decoder.decode(raw)
-            if split == 0 and pos + len(text) >= cut:
-                head, text = text[: cut - pos], text[cut - pos :]
-                if buf or head:
-                    yield 0, buf + head
-                split, buf = 1, ""
-            pos += len(text)
-            buf += text
-            while len(buf) >= CHUNK_CHARS:
-                end = _last_cut(buf) if safe else len(buf)
-                if not end:
-                    break
-                yield split, buf[:end]
-                buf = buf[end:]
-    buf += decoder.decode(b"", final=True)
-    if buf:
-        yield split, buf
+        while True:
+            size = CHUNK_CHARS if next_break is None else min(CHUNK_CHARS, next_break - at)
+            if not size:  # a document ends here (whole characters: the decoder holds none)
+                if f.read(len(SEPARATOR)) != SEPARATOR:
+                    raise RuntimeError(f"{path}: no document separator at byte {at}")
+                at += len(SEPARATOR)
+                next_break = next(breaks, None)
+                yield None
+                continue
+            raw = f.read(size)
+            if not raw:
+                break
+            at += len(raw)
+            yield decoder.decode(raw)
+    if tail := decoder.decode(b"", final=True):
+        yield tail
+
+
+class _Chunker:
+    """Cuts a text, given in pieces and separators, into Chunks (see `chunks`)."""
+
+    def __init__(self, cut: int, safe: bool) -> None:
+        self.cut, self.safe = cut, safe
+        self.split, self.pos = 0, 0  # the split and character offset reached
+        self.parts: list[str] = []  # whole documents (or their ends) of the chunk being made
+        self.held = 0  # their characters
+        self.buf = ""  # the current document's text not yet in a chunk
+        self.separator_bytes = 0
+        self.has_text = False  # the split has text: a separator now ends a document
+        self.ended = False  # a separator ended the document in `buf`
+
+    def text(self, text: str) -> Iterator[Chunk]:
+        if self.split == 0 and self.pos + len(text) >= self.cut:
+            head, text = text[: self.cut - self.pos], text[self.cut - self.pos :]
+            yield from self._add(head)
+            yield from self._next_split(len(head))
+        self.pos += len(text)
+        yield from self._add(text)
+
+    def separator(self) -> Iterator[Chunk]:
+        size = len(SEPARATOR)  # as many characters as bytes: ASCII
+        if self.split == 0 and self.pos + size >= self.cut:  # the cut falls in it or at its end
+            into = self.cut - self.pos
+            self.separator_bytes += into
+            yield from self._next_split(into)
+            self.separator_bytes += size - into
+            self.pos += size - into
+        else:
+            self.separator_bytes += size
+            self.ended = self.has_text
+            self.pos += size
+
+    def _add(self, text: str) -> Iterator[Chunk]:
+        if not text:
+            return
+        if self.ended:  # a new document: the one in `buf` is whole
+            self.parts.append(self.buf)
+            self.held += len(self.buf)
+            self.buf, self.ended = "", False
+        self.buf += text
+        self.has_text = True
+        while self.held + len(self.buf) >= CHUNK_CHARS:
+            if self.parts:  # end the chunk where a document ends (end-of-text last)
+                yield self._chunk([*self.parts, ""])
+                continue
+            end = _last_cut(self.buf) if self.safe else len(self.buf)
+            if not end:
+                break
+            yield self._chunk([self.buf[:end]])
+            self.buf = self.buf[end:]
+
+    def _chunk(self, parts: list[str]) -> Chunk:
+        chunk = Chunk(self.split, parts, self.separator_bytes)
+        self.parts, self.held, self.separator_bytes = [], 0, 0
+        return chunk
+
+    def _next_split(self, chars: int) -> Iterator[Chunk]:
+        """End the training split, `chars` further on."""
+        self.pos += chars
+        yield from self.end()
+        self.split, self.buf, self.has_text, self.ended = 1, "", False, False
+
+    def end(self) -> Iterator[Chunk]:
+        if self.parts or self.buf or self.separator_bytes:
+            yield self._chunk([*self.parts, self.buf])
+        self.buf = ""
 
 
 def _last_cut(buf: str) -> int:
@@ -119,29 +213,33 @@ def _last_cut(buf: str) -> int:
 def tokenize_file(
     name: str, path: Path, cut: int, compact: bool, max_vocab: int, out: Path,
     progress: Callable[[int, int], None] = lambda nbytes, ntokens: None,
+    breaks: Path | None = None,
 ) -> TokenFiles:
     """Tokenize the text file `path` with tokenizer `name` into `out`/train.bin and val.bin
-    (raw ids, meta's dtype); `progress` hears of the bytes and tokens done after each chunk."""
+    (raw ids, meta's dtype); `progress` hears of the bytes and tokens done after each chunk.
+    `breaks`: a file of the byte offsets (int64) of the SEPARATORs between the text's documents,
+    where GPT-2's ids hold end-of-text instead (`chunks`); characters have no end-of-text, and
+    keep the separator as text."""
     if name == "char":
         return _char(path, cut, out, progress)
     if name == "gpt2":
-        return _gpt2(path, cut, compact, max_vocab, out, progress)
+        return _gpt2(path, cut, compact, max_vocab, out, progress, breaks)
     raise ValueError(f"--tokenizer {name!r}: expected gpt2 or char")
 
 
 def _gpt2(
     path: Path, cut: int, compact: bool, max_vocab: int, out: Path,
-    progress: Callable[[int, int], None],
+    progress: Callable[[int, int], None], breaks: Path | None,
 ) -> TokenFiles:
     if not compact:
-        return _encode_into(GPT2Tokenizer(), path, cut, out, progress)
+        return _encode_into(GPT2Tokenizer(), path, cut, out, progress, breaks)
     if max_vocab and path.stat().st_size > SAMPLED_ABOVE:
         counts, sample_bytes = _sample_counts(path)
         tok = GPT2Tokenizer.fit_counts(counts, max_vocab)
-        return _encode_into(tok, path, cut, out, progress, sample_bytes=sample_bytes)
+        return _encode_into(tok, path, cut, out, progress, breaks, sample_bytes=sample_bytes)
     # Exact counts: the GPT-2 ids go to scratch files, counted on the way, then are renumbered.
     counts = np.zeros(gpt2_encoding().n_vocab, dtype=np.int64)
-    gpt2 = _encode_into(GPT2Tokenizer(), path, cut, out, progress, ".{}.gpt2", counts)
+    gpt2 = _encode_into(GPT2Tokenizer(), path, cut, out, progress, breaks, ".{}.gpt2", counts)
     tok = GPT2Tokenizer.fit_counts(counts, max_vocab)
     dtype = dtype_for(tok.vocab_size)
     renumbered = tok.covers(np.flatnonzero(counts))  # no token dropped: a chunk is renumbered
@@ -184,17 +282,18 @@ def _sample_counts(path: Path) -> tuple[np.ndarray, int]:
 
 def _encode_into(
     tok: GPT2Tokenizer, path: Path, cut: int, out: Path, progress: Callable[[int, int], None],
-    name: str = "{}.bin", counts: np.ndarray | None = None, sample_bytes: int = 0,
+    breaks: Path | None = None, name: str = "{}.bin", counts: np.ndarray | None = None,
+    sample_bytes: int = 0,
 ) -> TokenFiles:
     """Encode the text at `path` with `tok` into `out`/`name` per split (train.bin, val.bin),
-    adding the ids to `counts` if given."""
+    end-of-text between documents (`breaks`), adding the ids to `counts` if given."""
     tokens, nbytes = [0, 0], [0, 0]
     dtype = dtype_for(tok.vocab_size)
     with (
         open(out / name.format(SPLITS[0]), "wb") as train,
         open(out / name.format(SPLITS[1]), "wb") as val,
     ):
-        for split, size, ids in _encoded(tok.bpe, chunks(path, cut, safe=True)):
+        for split, size, ids in _encoded(tok.bpe, chunks(path, cut, True, _offsets(breaks))):
             (train, val)[split].write(ids.astype(dtype).tobytes())
             if counts is not None:
                 counts += np.bincount(ids, minlength=len(counts))
@@ -202,6 +301,18 @@ def _encode_into(
             nbytes[split] += size
             progress(size, len(ids))
     return TokenFiles(tok, tuple(tokens), tuple(nbytes), sample_bytes)
+
+
+OFFSETS = 1 << 16  # document offsets read at a time (as Python ints: ~2 MB)
+
+
+def _offsets(path: Path | None) -> Iterator[int]:
+    """The int64s in the file at `path` (none without one), read OFFSETS at a time."""
+    if path is None:
+        return
+    with open(path, "rb") as f:
+        while len(offsets := np.fromfile(f, dtype=np.int64, count=OFFSETS)):
+            yield from offsets.tolist()
 
 
 def _read_ids(f: BinaryIO, dtype: str) -> Iterator[np.ndarray]:
@@ -242,34 +353,43 @@ def _in_order(fn: Callable[[T], R], items: Iterable[T]) -> Iterator[R]:
 
 
 def _encoded(
-    enc: tiktoken.Encoding, parts: Iterator[tuple[int, str]]
+    enc: tiktoken.Encoding, parts: Iterator[Chunk]
 ) -> Iterator[tuple[int, int, np.ndarray]]:
-    """(split, UTF-8 bytes, ids) per chunk, in order. The chunks end at safe cuts, which hold
-    for any BPE with GPT-2's pre-tokenizer: GPT-2's own, or a compacted vocabulary's."""
+    """(split, bytes of the text, ids) per chunk, in order. The chunks end at safe cuts, which
+    hold for any BPE with GPT-2's pre-tokenizer (GPT-2's own, or a compacted vocabulary's), or
+    at a document's end; each document is encoded on its own, end-of-text between two."""
+    eot = np.array([enc.eot_token], dtype=np.uint32)
 
-    def encode(part: tuple[int, str]) -> tuple[int, int, np.ndarray]:
-        split, text = part
+    def encode(chunk: Chunk) -> tuple[int, int, np.ndarray]:
         # No special tokens: "<|endoftext|>" in a text is just text (as encode_ordinary).
-        size = len(text) if text.isascii() else len(text.encode("utf-8"))
-        return split, size, enc.encode_to_numpy(text, disallowed_special=())
+        ids = [enc.encode_to_numpy(text, disallowed_special=()) for text in chunk.parts]
+        if len(ids) > 1:
+            ids = np.concatenate([a for doc in ids for a in (doc, eot)][:-1])
+        else:
+            ids = ids[0]
+        size = chunk.separator_bytes + sum(
+            len(text) if text.isascii() else len(text.encode("utf-8")) for text in chunk.parts
+        )
+        return chunk.split, size, ids
 
     return _in_order(encode, parts)
 
 
 def tokenize_with(tok: Tokenizer, path: Path, cut: int, out: Path,
                   progress: Callable[[int, int], None] = lambda nbytes, ntokens: None,
-                  ) -> TokenFiles:  # fmt: skip
+                  breaks: Path | None = None) -> TokenFiles:  # fmt: skip
     """`tokenize_file` with a given tokenizer's vocabulary as it is (a pretrained model's,
-    --init_from): GPT-2 BPE, compacted or not; characters, refusing one it lacks."""
+    --init_from): GPT-2 BPE, compacted or not, end-of-text between documents; characters,
+    refusing one it lacks."""
     if isinstance(tok, GPT2Tokenizer):
-        return _encode_into(tok, path, cut, out, progress)
+        return _encode_into(tok, path, cut, out, progress, breaks)
     return _char(path, cut, out, progress, tok)
 
 
 def _char(path: Path, cut: int, out: Path, progress: Callable[[int, int], None],
           tok: CharTokenizer | None = None) -> TokenFiles:
     counts = np.zeros(0x110000, dtype=np.int64)
-    for _, text in chunks(path, cut, safe=False):
+    for _, text in _char_chunks(path, cut):
         counts += np.bincount(_code_points(text), minlength=len(counts))
     present = np.flatnonzero(counts)
     if tok is None:
@@ -285,7 +405,7 @@ def _char(path: Path, cut: int, out: Path, progress: Callable[[int, int], None],
     dtype = dtype_for(tok.vocab_size)
     tokens, nbytes = [0, 0], [0, 0]
     with open(out / "train.bin", "wb") as train, open(out / "val.bin", "wb") as val:
-        for split, text in chunks(path, cut, safe=False):
+        for split, text in _char_chunks(path, cut):
             ids = lookup[_code_points(text)].astype(dtype)
             (train, val)[split].write(ids.tobytes())
             size = len(text.encode("utf-8"))
@@ -293,6 +413,12 @@ def _char(path: Path, cut: int, out: Path, progress: Callable[[int, int], None],
             nbytes[split] += size
             progress(size, len(ids))
     return TokenFiles(tok, tuple(tokens), tuple(nbytes))
+
+
+def _char_chunks(path: Path, cut: int) -> Iterator[tuple[int, str]]:
+    """(split, text) in chunks; documents keep the blank line between them (no end-of-text)."""
+    for chunk in chunks(path, cut, safe=False):
+        yield chunk.split, "".join(chunk.parts)
 
 
 def _code_points(text: str) -> np.ndarray:

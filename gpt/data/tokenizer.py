@@ -153,9 +153,15 @@ def piece_cuts(gpt2_ids: np.ndarray) -> np.ndarray:
     whitespace. No alternative of the pattern spans such a point (those holding non-whitespace
     admit only a leading space), and none matches differently at the end of the left side
     (`$` and `(?!\S)` follow whitespace only). After whitespace no cut is safe: "\n\n" ends a
-    text as one piece, but before "x" as two."""
+    text as one piece, but before "x" as two. And on either side of end-of-text, which stands
+    between documents encoded apart (gpt/data/tokenfiles.py)."""
     ends_word, starts_space = _edges()
-    return 1 + np.flatnonzero(ends_word[gpt2_ids[:-1]] & starts_space[gpt2_ids[1:]])
+    cuts = 1 + np.flatnonzero(ends_word[gpt2_ids[:-1]] & starts_space[gpt2_ids[1:]])
+    eot = np.flatnonzero(gpt2_ids == GPT2_EOT)
+    if not len(eot):
+        return cuts
+    around = np.concatenate([eot, eot + 1])
+    return np.union1d(cuts, around[(around > 0) & (around < len(gpt2_ids))])
 
 
 @functools.cache
@@ -273,9 +279,10 @@ class GPT2Tokenizer(Tokenizer):
 
     def compact_ids(self, gpt2_ids: np.ndarray) -> np.ndarray:
         """`encode`'s ids (int64) for the text whose GPT-2 ids are `gpt2_ids` (a whole text, or
-        a part of one cut at `piece_cuts`), without decoding it: vectorised, for a corpus's
-        millions of ids. Kept ids are renumbered; only the pieces between cuts that hold a
-        dropped id are decoded and encoded again, all in one call."""
+        a part of one cut at `piece_cuts`; or documents encoded apart, end-of-text between
+        them), without decoding it: vectorised, for a corpus's millions of ids. Kept ids are
+        renumbered; only the pieces between cuts that hold a dropped id are decoded and encoded
+        again, in one call per document."""
         gpt2_ids = np.asarray(gpt2_ids, dtype=np.int64)
         if self._from_gpt2 is None:
             return gpt2_ids
@@ -289,10 +296,16 @@ class GPT2Tokenizer(Tokenizer):
 
     def _encode_runs(self, gpt2_ids: np.ndarray, redo: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """This vocabulary's ids for the runs of consecutive `redo` ids, and how many each run
-        has. The runs are encoded joined, in one call: a run ends with non-whitespace and the
-        next starts with whitespace, a cut, so each run's ids end where its bytes do."""
-        text = self.enc.decode_bytes(gpt2_ids[redo].tolist()).decode("utf-8")
-        new = self.bpe.encode_to_numpy(text, disallowed_special=()).astype(np.int64)
+        has. The runs of a document are encoded joined, in one call: within a document a run
+        ends with non-whitespace and the next starts with whitespace, a cut, so each run's ids
+        end where its bytes do (end-of-text, never redone, ends a document)."""
+        document = np.cumsum(gpt2_ids == GPT2_EOT)[redo]
+        runs = np.split(gpt2_ids[redo], 1 + np.flatnonzero(np.diff(document)))
+        new = np.concatenate([
+            self.bpe.encode_to_numpy(self.enc.decode_bytes(ids.tolist()).decode("utf-8"),
+                                     disallowed_special=())
+            for ids in runs
+        ]).astype(np.int64)
         last = redo & ~np.r_[redo[1:], False]
         run_ends = np.cumsum(_lengths()[gpt2_ids[redo]])[np.flatnonzero(last[redo])]
         ends = np.searchsorted(np.cumsum(_lengths()[self._to_gpt2[new]]), run_ends) + 1

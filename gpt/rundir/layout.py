@@ -138,6 +138,10 @@ class CorpusInputs:
     init_from: str = dataclasses.field(default="", kw_only=True)
     """The pretrained model whose tokenizer made the data (--init_from, canonical); "" for
     none, as in every meta.json written before it was an input."""
+    documents: int = dataclasses.field(default=1, kw_only=True)
+    """The documents the cleaned text holds (records, files), end-of-text between each two in
+    the token files where the tokenizer has one (`eot_id`). 1 where meta.json has none: a
+    text of one document, or data made before documents were told apart (one stream)."""
 
     def changed(self, old: dict[str, Any]) -> list[str]:
         """The input names whose value in `old` (an earlier meta.json) differs from this one."""
@@ -146,7 +150,7 @@ class CorpusInputs:
 
 
 # Inputs added to meta.json since it was first written, and what their absence meant.
-ADDED_INPUTS: dict[str, Any] = {"init_from": ""}
+ADDED_INPUTS: dict[str, Any] = {"init_from": "", "documents": 1}
 
 
 @dataclass(frozen=True)

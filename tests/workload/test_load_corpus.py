@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from support.corpora import ids_between, split_documents
 from support.paths import FIXTURES
 
 import gpt.load_corpus
@@ -70,6 +71,7 @@ def test_embedded_default_end_to_end(root: Path, tokenizer: str) -> None:
     assert (meta["train_bytes"], meta["val_bytes"]) == (len(train_text), len(val_text))
     source = json.loads(rd.source_json.read_text())
     assert source["sha256"] == COMEDY_SHA256 and source["kind"] == "embedded"
+    assert "documents" not in meta  # one document: meta.json as it always was
 
 
 def test_compaction_shrinks_the_vocabulary(root: Path) -> None:
@@ -123,6 +125,26 @@ def test_directory_of_gutenberg_texts(root: Path, tmp_path: Path) -> None:
     docs = json.loads(cfg.rundir.source_json.read_text())["documents"]
     assert [Path(d["origin"]).name for d in docs] == ["a.txt", "b.txt"]
     assert docs[0]["removed"]["gutenberg_footer_chars"] > 0
+    # The token files: each book encoded on its own, end-of-text between them (in train).
+    books_text = [clean((books / "a.txt").read_text())[0], "Second book.\n" * 20]
+    assert text == "\n\n".join(books_text)
+    meta = json.loads(cfg.rundir.meta_json.read_text())
+    tok = load_tokenizer(cfg.rundir.tokenizer_json)
+    splits = split_documents(books_text, int(len(text) * 0.9))
+    assert [len(s) for s in splits] == [2, 1]
+    assert token_ids(cfg) == [ids_between(s, tok.encode, tok.eot_id) for s in splits]
+    assert meta["documents"] == 2
+    # Data made before documents were told apart (no `documents`: one stream) is other data.
+    del meta["documents"]
+    cfg.rundir.meta_json.write_text(json.dumps(meta))
+    with pytest.raises(InputError, match="documents 1 there, 2 now"):
+        main(cfg)
+
+
+def token_ids(cfg: CorpusConfig) -> list[list[int]]:
+    dtype = json.loads(cfg.rundir.meta_json.read_text())["dtype"]
+    return [np.fromfile(f, dtype=dtype).tolist()
+            for f in (cfg.rundir.train_bin, cfg.rundir.val_bin)]  # fmt: skip
 
 
 def test_rerun_same_inputs_is_a_no_op(root: Path, capsys) -> None:
@@ -318,6 +340,10 @@ def test_a_directory_of_thousands_of_files_each_cleaned_on_its_own(
     assert [Path(d["origin"]).name for d in docs] == sorted(expected)
     assert sum("gutenberg_footer_chars" in d["removed"] for d in docs) == 667
     assert text.count("MERCHANTABILITY") == 0 and text.count("SONNET") == 2 * 667  # two each
+    tok = load_tokenizer(cfg.rundir.tokenizer_json)
+    splits = split_documents([expected[name] for name in sorted(expected)], int(len(text) * 0.9))
+    assert token_ids(cfg) == [ids_between(s, tok.encode, tok.eot_id) for s in splits]
+    assert json.loads(cfg.rundir.meta_json.read_text())["documents"] == 2000
 
 
 # Runs argv[1:] and prints its ru_maxrss (KiB). A child's ru_maxrss starts from its parent's

@@ -4,7 +4,9 @@
 and `data/` for each case below, measured with the in-memory implementation (commit a355c1e,
 before issue 13 made the stage stream); the compacted GPT-2 cases re-recorded when the compact
 vocabulary became merge-closed (the tokens BPE merges through joined it, so that it has a
-Hugging Face twin), the full-vocabulary and char cases unchanged since. Paths in `meta.json`
+Hugging Face twin), and the `dir` cases when end-of-text went between documents (the GPT-2
+token files; `documents` in each meta.json, the char token files unchanged); the other
+full-vocabulary and char cases unchanged since. Paths in `meta.json`
 and `source.json` depend on where the source lies, so they are replaced by `<SOURCE>` before
 hashing. Re-record (only when an output is meant to change) with
 `python tests/workload/test_load_corpus_identity.py`.

@@ -11,13 +11,15 @@ import subprocess
 import sys
 import textwrap
 
+import numpy as np
 import pytest
 import zstandard
-from support.corpora import jsonl, parquet, read, refusal
+from support.corpora import ids_between, jsonl, parquet, read, refusal, split_documents
 from support.paths import FIXTURES, PROJECT
 
 from gpt.config.configs import CorpusConfig
 from gpt.data import records
+from gpt.data.tokenizer import load_tokenizer
 from gpt.load_corpus import main as load_corpus
 
 GUTENBERG = (FIXTURES / "gutenberg_sample.txt").read_text()
@@ -108,7 +110,17 @@ def test_load_corpus_records_each_file_with_its_documents(tmp_path):
     assert [(d["format"], d["documents"], d["skipped"]) for d in record["documents"]] == [
         ("jsonl+zstd", len(paras), {}), ("parquet", 100, {"null": 1})]
     text = cfg.rundir.text_txt.read_text()
-    assert text == "\n\n".join(paras + paras[:100])
+    docs = paras + paras[:100]
+    assert text == "\n\n".join(docs)
+    # Each record encoded on its own, end-of-text between two (across files too), as many
+    # documents in meta.json as source.json's files hold.
+    meta = json.loads(cfg.rundir.meta_json.read_text())
+    assert meta["documents"] == sum(d["documents"] for d in record["documents"]) == len(docs)
+    tok = load_tokenizer(cfg.rundir.tokenizer_json)
+    ids = [np.fromfile(f, dtype=meta["dtype"]).tolist()
+           for f in (cfg.rundir.train_bin, cfg.rundir.val_bin)]  # fmt: skip
+    splits = split_documents(docs, int(len(text) * 0.9))
+    assert ids == [ids_between(s, tok.encode, tok.eot_id) for s in splits]
 
 
 def test_the_cli_refuses_with_one_line_exit_2_and_writes_nothing(tmp_path):

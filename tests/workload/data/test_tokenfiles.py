@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from support.corpora import ids_between, joined, split_documents
 
 import gpt.data.tokenfiles
 from gpt.data.tokenfiles import SAFE_CUT, _at_cuts, chunks, tokenize_file
@@ -143,3 +144,91 @@ def test_unknown_tokenizer(tmp_path: Path) -> None:
     (tmp_path / "t.txt").write_text("x")
     with pytest.raises(ValueError, match="expected gpt2 or char"):
         tokenize_file("bpe", tmp_path / "t.txt", 0, False, 0, tmp_path)
+
+
+# -- documents: end-of-text between them, each encoded on its own
+
+# Documents whose edges would merge if encoded as one text: a word ending one and a word
+# starting the next, spaces on both sides, "<|endoftext|>" spelt as text, characters outside
+# ASCII, a document of one character.
+DOCS = [
+    COMEDY[:3000] + " xyzzyplugh",
+    "eQuuxwobble starts without a space",
+    "  two spaces ahead, and behind  ",
+    "\nx\n",
+    ODD[:700],
+    "中文文本",
+    "y",
+    COMEDY[3000:12000],
+]
+
+
+def separator_cuts() -> list[int]:
+    """Cuts at each spot a separator can be: inside a document, at a separator's start, in
+    the middle of it, at its end (the next document's start)."""
+    at = sum(len(d) + 2 for d in DOCS[:5])  # DOCS[5] starts here
+    return [at - 2, at - 1, at, at + 1, len(COMEDY) // 40]
+
+
+@pytest.mark.parametrize("size", [64, 1 << 20])
+@pytest.mark.parametrize("cut", separator_cuts())
+def test_documents_are_encoded_apart_with_end_of_text_between_them(
+    cut: int, size: int, tmp_path: Path, monkeypatch
+) -> None:
+    monkeypatch.setattr(gpt.data.tokenfiles, "CHUNK_CHARS", size)
+    monkeypatch.setattr(gpt.data.tokenfiles, "OFFSETS", 3)  # the offsets read in three goes
+    path, breaks = joined(DOCS, tmp_path)
+    out = tokenize_file("gpt2", path, cut, compact=False, max_vocab=0, out=tmp_path,
+                        breaks=breaks)  # fmt: skip
+    enc = gpt2_encoding()
+    expected = [ids_between(docs, enc.encode_ordinary, enc.eot_token)
+                for docs in split_documents(DOCS, cut)]  # fmt: skip
+    assert ids_of(tmp_path) == expected
+    for ids in expected:  # between documents only, never at a split's start or end
+        assert ids[0] != enc.eot_token != ids[-1]
+    assert sum(ids.count(enc.eot_token) for ids in expected) >= len(DOCS) - 2
+    text = path.read_bytes().decode()
+    assert out.nbytes == (len(text[:cut].encode()), len(text[cut:].encode()))
+
+
+@pytest.mark.parametrize("sampled", [False, True], ids=["exact", "sampled"])
+@pytest.mark.parametrize("max_vocab", [0, 300])
+def test_compacted_documents_hold_the_compact_end_of_text(
+    max_vocab: int, sampled: bool, tmp_path: Path, monkeypatch
+) -> None:
+    # max_vocab 300 drops tokens on both sides of a separator (of "xyzzyplugh" and
+    # "eQuuxwobble"): the pieces holding them are encoded again, each document's apart (as one
+    # text, "he" would merge across it).
+    monkeypatch.setattr(gpt.data.tokenfiles, "CHUNK_CHARS", 512)
+    monkeypatch.setattr(gpt.data.tokenfiles, "ID_CHUNK", 100)
+    if sampled:
+        monkeypatch.setattr(gpt.data.tokenfiles, "VOCAB_SAMPLE_BYTES", 64 * 128)
+        monkeypatch.setattr(gpt.data.tokenfiles, "SAMPLED_ABOVE", 1024)
+    path, breaks = joined(DOCS, tmp_path)
+    cut = int(len(path.read_bytes().decode()) * 0.9)
+    out = tokenize_file("gpt2", path, cut, compact=True, max_vocab=max_vocab, out=tmp_path,
+                        breaks=breaks)  # fmt: skip
+    tok = out.tokenizer
+    assert isinstance(tok, GPT2Tokenizer) and tok.eot_id < tok.vocab_size
+    splits = split_documents(DOCS, cut)
+    if not sampled:
+        assert tok.kept == GPT2Tokenizer.fit([*splits[0], *splits[1]], max_vocab).kept
+    assert ids_of(tmp_path) == [ids_between(docs, tok.encode, tok.eot_id) for docs in splits]
+
+
+def test_characters_keep_the_blank_line_between_documents(tmp_path: Path) -> None:
+    path, breaks = joined(DOCS, tmp_path)
+    text = path.read_bytes().decode()
+    out = tokenize_file("char", path, 1234, compact=True, max_vocab=0, out=tmp_path,
+                        breaks=breaks)  # fmt: skip
+    tok = out.tokenizer
+    assert tok.eot_id is None
+    assert ids_of(tmp_path) == [tok.encode(text[:1234]), tok.encode(text[1234:])]
+
+
+def test_end_of_text_is_a_cut_of_its_own() -> None:
+    # Either side of end-of-text is a cut, though neither is whitespace: documents are apart.
+    enc = gpt2_encoding()
+    ids = np.array(enc.encode_ordinary("ab") + [enc.eot_token] + enc.encode_ordinary("cd"))
+    assert piece_cuts(ids).tolist() == [1, 2]
+    assert piece_cuts(np.array([enc.eot_token, *enc.encode_ordinary("a b")])).tolist() == [1, 2]
