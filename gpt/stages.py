@@ -36,6 +36,11 @@ class Stage:
     """Run-directory files the component reads too where the run wrote them."""
 
     @property
+    def carried(self) -> tuple[RunFile, ...]:
+        """Every file the component reads back: the outputs, and the optional ones."""
+        return self.outputs + self.optional
+
+    @property
     def runtime(self) -> str:
         """The ClusterTrainingRuntime its TrainJobs run against (runtimes/<runtime>.yaml)."""
         return f"gpt-{self.name}"

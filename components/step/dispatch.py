@@ -211,7 +211,7 @@ def _run_local(
     from components.step.local_process import run_as_process
 
     run_as_process(stage, args, placement, say=say)
-    found = [rundir.path / out.rel for out in stage.outputs + stage.optional]
+    found = [rundir.path / out.rel for out in stage.carried]
     return {str(p.relative_to(rundir.path)): p.read_bytes() for p in found if p.is_file()}
 
 
@@ -232,7 +232,6 @@ def _run_trainjob(
     from components.trainjob.claims import check_multi_node
     from components.trainjob.stagelog import container_command
 
-    rels = [out.rel for out in stage.outputs]
     # torchrun takes --nnodes, --nproc_per_node, --node_rank, --master_addr/port from the PET_*
     # variables the Trainer's torch policy sets from numNodes and numProcPerNode;
     # gpt.distributed.torchrun is torchrun exiting with its workers' status, which the train
@@ -242,8 +241,7 @@ def _run_trainjob(
         stage=stage.name,
         runtime=stage.runtime,
         image=image,
-        command=container_command(str(rundir.path),
-                                  rels + [out.rel for out in stage.optional]),  # fmt: skip
+        command=container_command(str(rundir.path), [out.rel for out in stage.carried]),
         args=stage.command(args, torchrun=torchrun),
         env={"PYTHONUNBUFFERED": "1"},
         storage_secret=storage_secret,
@@ -252,7 +250,7 @@ def _run_trainjob(
     check_multi_node(placement.num_nodes, namespace)
     outcome = launcher.launch(spec, namespace, rundir.run_id, on_update=on_update, say=say)
     files = outcome.files
-    missing = [rel for rel in rels if rel not in files]
+    missing = [out.rel for out in stage.outputs if out.rel not in files]  # optional ones aside
     if missing:
         say(f"note: not found in the log of {outcome.name}: {', '.join(missing)}")
     return files

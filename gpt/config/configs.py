@@ -407,11 +407,8 @@ class TrainConfig(InitFromConfig, SeedConfig, ModelConfig, RunConfig):
         """The schedule's unset flags: the fine-tuning recipe with --init_from, else training
         from scratch's. (Dropout, which a resumed run keeps, is gpt/training/resume_rule.py's.)"""
         tuning = bool(self.init_from)
-        if tuning:  # the peak needs the width: the pretrained model's, unless given (`with_width`)
-            if self.learning_rate is None and self.n_embd is not None:
-                self.learning_rate = finetune_lr(self.n_embd)
-            if self.min_lr is None and self.learning_rate is not None:
-                self.min_lr = self.learning_rate * MIN_LR_FRACTION
+        if tuning:  # the peak needs the width: the pretrained model's, unless given
+            self._finetuning_rates(self.n_embd)
         else:
             self.learning_rate = LEARNING_RATE if self.learning_rate is None else self.learning_rate
             self.min_lr = MIN_LR if self.min_lr is None else self.min_lr
@@ -422,11 +419,16 @@ class TrainConfig(InitFromConfig, SeedConfig, ModelConfig, RunConfig):
     def with_width(self, n_embd: int) -> None:
         """--init_from's unset rates for a model `n_embd` wide: the peak finetune_lr(n_embd),
         the end MIN_LR_FRACTION of it. Train-gpt calls it once the model's width is known."""
-        if self.learning_rate is None:
-            self.learning_rate = finetune_lr(n_embd)
-        if self.min_lr is None:
-            self.min_lr = self.learning_rate * MIN_LR_FRACTION
+        self._finetuning_rates(n_embd)
         self._check_rates()
+
+    def _finetuning_rates(self, n_embd: int | None) -> None:
+        """The unset rates that can be decided: the peak once the width is known (None: not
+        yet), the end once the peak is."""
+        if self.learning_rate is None and n_embd is not None:
+            self.learning_rate = finetune_lr(n_embd)
+        if self.min_lr is None and self.learning_rate is not None:
+            self.min_lr = self.learning_rate * MIN_LR_FRACTION
 
     def _check_rates(self) -> None:
         """The rates given or decided (with --init_from, unset ones wait for the width)."""

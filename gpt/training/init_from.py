@@ -1,7 +1,8 @@
 """Where a new fine-tuning run starts (--init_from): `Start` fetches the pretrained model (rank 0
 first, the others from the cache it filled), checks the data was tokenized for it, reads its
-weights and maps its embedding rows to the data's ids; `started_from` reads back, in one line, what
-a run recorded it started from (metrics/init_from.json), for the report and the export.
+weights and maps its embedding rows to the data's ids; `recorded` writes what a new run starts
+from to metrics/init_from.json (a resumed run reads it back) and says it in one line, for the
+report and the export.
 
 Only a run that starts at iteration 0 builds a `Start`: a resumed one restores its checkpoint and
 never opens --init_from again (gpt/training/trainer.py).
@@ -75,19 +76,19 @@ class Start:
 
 
 def recorded(start: Start | None, cfg: TrainConfig, world: World) -> str:
-    """What the run was fine-tuned from, in one line ("" from scratch): a new run's `start`
-    first written to metrics/init_from.json (by rank 0), a resumed one's read back from it."""
-    if start is not None and world.is_main:
-        write_json(cfg.rundir.init_from_json, start.record(),
-                   what="the record of what the run started from")  # fmt: skip
-    return started_from(cfg.rundir) if cfg.init_from else ""
-
-
-def started_from(rundir: RunDir) -> str:
-    """A run's metrics/init_from.json in one line: source, revision, weights' sha256."""
-    try:
-        rec = json.loads(rundir.init_from_json.read_text())
-    except (OSError, ValueError):
+    """What the run was fine-tuned from, in one line ("" from scratch): a new run's `start`,
+    which rank 0 writes to metrics/init_from.json, or a resumed one's, read back from it."""
+    if start is not None:
+        record = start.record()
+        if world.is_main:
+            write_json(cfg.rundir.init_from_json, record,
+                       what="the record of what the run started from")  # fmt: skip
+    elif cfg.init_from:
+        try:
+            record = json.loads(cfg.rundir.init_from_json.read_text())
+        except (OSError, ValueError):
+            return ""
+    else:
         return ""
-    revision = f" at revision {rec['revision']}" if rec.get("revision") else ""
-    return f"{rec.get('init_from')}{revision} (weights sha256 {rec.get('weights_sha256')})"
+    revision = f" at revision {record['revision']}" if record.get("revision") else ""
+    return f"{record.get('init_from')}{revision} (weights sha256 {record.get('weights_sha256')})"
