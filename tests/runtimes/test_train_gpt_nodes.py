@@ -15,8 +15,16 @@ from safetensors.torch import load_file
 from support.apiserver import apply_cluster_object
 from support.cluster.controller import SYNC_BATCH_S
 from support.paths import PROJECT
-from support.runs import TINY_DDP, as_flags, records, train, write_data
-from support.trainjobs import STEPS, train_on_cluster, two_nodes_uninterrupted
+from support.runs import (
+    STOPPABLE,
+    TINY_DDP,
+    as_flags,
+    records,
+    train,
+    two_ranks_uninterrupted,
+    write_data,
+)
+from support.trainjobs import train_on_cluster
 
 from components.trainjob.launcher import GROUP, VERSION, TrainJobFailed
 from gpt.rundir.layout import RunDir
@@ -24,8 +32,9 @@ from gpt.rundir.layout import RunDir
 pytestmark = [pytest.mark.slow, pytest.mark.apiserver]
 
 # Two nodes of two processes: the rendezvous across nodes and within each. Two nodes of one
-# process each, the shape the lost-node and eviction tests train (against an uninterrupted run
-# of that shape), ran here too until its half a minute was wanted back (issue 44: make test).
+# process each, the shape the lost-node and eviction tests train, end as two ranks on one
+# machine do (those tests compare them with support.runs.two_ranks_uninterrupted); it ran here
+# too until its half a minute was wanted back (issue 44: make test).
 @pytest.mark.parametrize("nodes,procs", [(2, 2)])
 def test_nodes_train_through_the_rendezvous_as_one_process_would(
     nodes, procs, pvc, trainer_cluster
@@ -81,15 +90,15 @@ def test_a_lost_node_restarts_the_jobset_and_training_ends_as_if_uninterrupted(
 ):
     write_data(pvc, "lost")
     killer = lose_node_after_checkpoint(trainer_cluster, pvc, "lost", 1)
-    train_on_cluster(trainer_cluster, "lost", 2, 1, **STEPS)
+    train_on_cluster(trainer_cluster, "lost", 2, 1, **STOPPABLE)
     killer.join(5)
     (run,) = trainer_cluster.runs.values()
-    assert run.restarts == 1, "the node was lost after training ended: make STEPS longer"
+    assert run.restarts == 1, "the node was lost after training ended: make STOPPABLE longer"
     assert "resumed from step-" in run.current[0].log
-    assert [r["step"] for r in records(RunDir.of(pvc, "lost"))][-1] == STEPS["max_iters"]
+    assert [r["step"] for r in records(RunDir.of(pvc, "lost"))][-1] == STOPPABLE["max_iters"]
 
     a = load_file(RunDir.of(pvc, "lost").model_dir / "model.safetensors")
-    b = two_nodes_uninterrupted(tmp_path_factory, trainer_cluster, pvc)
+    b = two_ranks_uninterrupted(tmp_path_factory)
     assert a.keys() == b.keys()
     for key in a:
         assert a[key].equal(b[key]), key

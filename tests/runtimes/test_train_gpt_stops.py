@@ -23,8 +23,16 @@ import pytest
 from safetensors.torch import load_file
 from support.cluster.kfp_step import step_env
 from support.cluster.kubelet import pid_namespaces
-from support.runs import TINY_DDP, TINY_PIPELINE, as_flags, train, write_data
-from support.trainjobs import STEPS, stand_in, train_on_cluster, two_nodes_uninterrupted
+from support.runs import (
+    STOPPABLE,
+    TINY_DDP,
+    TINY_PIPELINE,
+    as_flags,
+    train,
+    two_ranks_uninterrupted,
+    write_data,
+)
+from support.trainjobs import stand_in, train_on_cluster
 
 from components.step.dispatch import run_stage
 from components.trainjob.launcher import GROUP, PLURAL, VERSION, TrainJobFailed
@@ -38,11 +46,12 @@ def _weights(pvc: Path, run: str) -> dict:
     return load_file(RunDir.of(pvc, run).model_dir / "model.safetensors")
 
 
-def _node0_log(job) -> str:
-    """The log of node 0's current pod, "" before it has one (or while it is being moved)."""
+def _node0_log(job, attempt: int) -> str:
+    """The log of node 0's pod in the JobSet's attempt `attempt`, "" before it has one (or while
+    it is being moved)."""
     pod = job.current.get(0)
     try:
-        return pod.log if pod else ""
+        return pod.log if pod and pod.attempt == attempt else ""
     except FileNotFoundError:
         return ""
 
@@ -52,15 +61,20 @@ def _step_shown(log: str) -> int:
     return int(found[-1]) if found else 0
 
 
-def _evict_at(cluster, run: str, index: int, step: int) -> threading.Thread:
-    """A thread that evicts node `index` of `run`'s TrainJob once node 0's log shows `step`."""
+def _evict_at(cluster, run: str, evictions: list[tuple[int, int]]) -> threading.Thread:
+    """A thread that evicts node `index` of `run`'s TrainJob once node 0's log shows `step`, for
+    each (index, step) of `evictions` in turn: more than one on two nodes only, where each
+    eviction restarts the JobSet and the next one waits for the restarted pods (attempt n)."""
     seen = set(cluster.runs)
 
     def evict() -> None:
         job = _new_run(cluster, seen, run)
-        while _step_shown(_node0_log(job)) < step:
-            time.sleep(0.02)
-        job.evict(index)
+        for n, (index, step) in enumerate(evictions):
+            while job.restarts < n:  # the JobSet's restart after the eviction before
+                time.sleep(0.02)
+            while _step_shown(_node0_log(job, n)) < step:
+                time.sleep(0.02)
+            job.evict(index)
 
     thread = threading.Thread(target=evict, daemon=True)
     thread.start()
@@ -82,33 +96,37 @@ def _new_run(cluster, seen: set[str], arg: str = "", timeout: float = 120):
 @pytest.mark.skipif(not pid_namespaces(), reason="PID namespaces need root (cluster/pid1.py)")
 def test_an_evicted_trainjob_checkpoints_and_resumes_bit_identical(pvc, trainer_cluster,
                                                                     tmp_path_factory):
-    """Evictions at random steps, of one node's TrainJob and of each node of a two-node one
-    (node 0, whose rank writes the checkpoint; node 1, whose stop reaches rank 0 as a signal to
-    another rank): each SIGTERM becomes a checkpoint at the step training reached (none lost),
-    the TrainJob goes on from it, and ends with the weights of an uninterrupted run. (Three,
-    one of each: each is a whole training run, and they were most of CI's time; each CI run
-    draws new steps.)"""
+    """Evictions at random steps, of one node's TrainJob, and of each node of a two-node one in
+    turn (node 1, whose stop reaches rank 0 as a signal to another rank; then, once resumed,
+    node 0, whose rank writes the checkpoint): each SIGTERM becomes a checkpoint at the step
+    training reached (none lost), the TrainJob goes on from it, and ends with the weights of an
+    uninterrupted run. (Two runs: each is a whole training run, and they were most of CI's
+    time; each CI run draws new steps.)"""
     rng = random.Random()
     # Uninterrupted: one node's run in this process (the same flags, one process of one
-    # thread, as the pod's), two nodes' on the cluster.
+    # thread, as the pod's), two nodes' as two ranks here.
     write_data(pvc, "whole-1")
-    assert train(pvc, "whole-1", *as_flags({**TINY_DDP, **STEPS})) == 0
-    reference = {1: _weights(pvc, "whole-1"),
-                 2: two_nodes_uninterrupted(tmp_path_factory, trainer_cluster, pvc)}
-    for trial, (nodes, index) in enumerate([(1, 0), (2, 0), (2, 1)]):
-        # Anywhere but the last 20 steps, which a stop could overrun: the run would end.
-        step = rng.randrange(5, STEPS["max_iters"] - 20)
+    assert train(pvc, "whole-1", *as_flags({**TINY_DDP, **STOPPABLE})) == 0
+    reference = {1: _weights(pvc, "whole-1"), 2: two_ranks_uninterrupted(tmp_path_factory)}
+    # Anywhere but the last 20 steps, which a stop could overrun: the run would end. The two
+    # nodes' second eviction in the second half, after the first one's resume.
+    last = STOPPABLE["max_iters"] - 20
+    half = STOPPABLE["max_iters"] // 2
+    trials = [(1, [(0, rng.randrange(5, last))]),
+              (2, [(1, rng.randrange(5, half - 10)), (0, rng.randrange(half, last))])]
+    for trial, (nodes, evictions) in enumerate(trials):
         run = f"evicted-{trial}"
         write_data(pvc, run)
-        evictor = _evict_at(trainer_cluster, run, index, step)
+        evictor = _evict_at(trainer_cluster, run, evictions)
         try:
-            train_on_cluster(trainer_cluster, run, nodes, 1, **STEPS)
+            train_on_cluster(trainer_cluster, run, nodes, 1, **STOPPABLE)
             evictor.join(10)
             job = _job_of(trainer_cluster, run)
-            _check_resumed(pvc, run, job, step, nodes, reference[nodes])
+            _check_resumed(pvc, run, job, evictions, nodes, reference[nodes])
         except Exception as e:
-            raise AssertionError(f"trial {trial}: {nodes} node(s), node {index} evicted at step "
-                                 f"{step}: {e}\n{_pod_logs(_job_of(trainer_cluster, run))}") from e
+            raise AssertionError(f"trial {trial}: {nodes} node(s), evicted (node, at step) "
+                                 f"{evictions}: {e}\n{_pod_logs(_job_of(trainer_cluster, run))}"
+                                 ) from e
 
 
 def _job_of(cluster, run: str):
@@ -128,19 +146,23 @@ def _pod_logs(job) -> str:
     return "\n".join(parts)
 
 
-def _check_resumed(pvc: Path, run: str, job, step: int, nodes: int, reference: dict) -> None:
-    """Node 0 stopped at a checkpoint at or after `step`, the TrainJob resumed from it and ended
-    with the uninterrupted run's weights."""
-    first = job.pods[0].log  # node 0 of the first attempt: rank 0 says where it stopped
-    stopped = re.search(r"stopped by (SIGTERM|a signal to another rank) at step (\d+) of "
-                        rf"{STEPS['max_iters']}, checkpoint written", first)  # fmt: skip
-    assert stopped, "node 0 never said where it stopped"
-    at = int(stopped.group(2))
-    assert at >= step, f"stopped at {at}, before the step shown ({step})"
-    assert f"resumed from step-{at}: step {at}" in job.current[0].log
+def _check_resumed(pvc: Path, run: str, job, evictions: list[tuple[int, int]], nodes: int,
+                   reference: dict) -> None:  # fmt: skip
+    """After each eviction node 0 stopped at a checkpoint at or after the step it was evicted
+    at, its next pod resumed from it, and the run ended with the uninterrupted run's weights."""
+    node0 = [p for p in job.pods if p.index == 0]  # in the order they started
+    assert len(node0) == len(evictions) + 1, f"{len(node0)} pods of node 0"
+    for (_, step), before, after in zip(evictions, node0, node0[1:], strict=False):
+        stopped = re.search(r"stopped by (SIGTERM|a signal to another rank) at step (\d+) "
+                            rf"of {STOPPABLE['max_iters']}, checkpoint written",
+                            before.log)  # fmt: skip
+        assert stopped, f"node 0's pod {before.name} never said where it stopped"
+        at = int(stopped.group(2))
+        assert at >= step, f"stopped at {at}, before the step shown ({step})"
+        assert f"resumed from step-{at}: step {at}" in after.log
     # One node: the Job replaced the evicted pod without using the JobSet's restarts.
-    # Two: the other node's stop counts as its failure, one restart of the JobSet.
-    assert job.restarts == (0 if nodes == 1 else 1)
+    # Two: the other node's stop counts as its failure, a restart of the JobSet each.
+    assert job.restarts == (0 if nodes == 1 else len(evictions))
     weights = _weights(pvc, run)
     assert weights.keys() == reference.keys()
     for key, value in weights.items():

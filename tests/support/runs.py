@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from safetensors.torch import load_file
 
 from gpt.__main__ import main as gpt_main
 from gpt.data.tokenizer import CharTokenizer
@@ -160,6 +161,30 @@ def default_flags_run(tmp_path_factory: pytest.TempPathFactory) -> RunDir:
         assert out.returncode == 0, out.stderr[-2000:]
 
     return RunDir.of(made_once(tmp_path_factory, "default-flags", run), "default")
+
+
+# A run long enough to be stopped anywhere in it, with a checkpoint halfway; a progress line
+# every step says where it is.
+STOPPABLE = {"max_iters": 100, "eval_interval": 50, "ckpt_interval": 50, "log_interval": 1}
+
+# torchrun's options for two ranks on this machine.
+TWO_RANKS = ["--standalone", "--nproc_per_node=2"]
+
+
+def two_ranks_uninterrupted(tmp_path_factory: pytest.TempPathFactory) -> dict[str, torch.Tensor]:
+    """The weights of TINY_DDP trained STOPPABLE by two ranks and never stopped: what every test
+    that stops a two-rank run compares its end with, whether the ranks are two processes here
+    or two nodes of the test cluster (rank for rank the same training), trained once per
+    session by torchrun here."""
+
+    def run(folder: Path) -> None:
+        write_data(folder, "whole-2")
+        flags = as_flags({**TINY_DDP, **STOPPABLE})
+        done = train_cli(folder, "whole-2", *flags, torchrun=TWO_RANKS)
+        assert done.returncode == 0, done.stderr[-2000:]
+
+    folder = made_once(tmp_path_factory, "two-ranks-uninterrupted", run)
+    return load_file(RunDir.of(folder, "whole-2").model_dir / "model.safetensors")
 
 
 def records(rundir: RunDir) -> list[dict]:

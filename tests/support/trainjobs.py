@@ -4,28 +4,15 @@
 
 from __future__ import annotations
 
-import shutil
-from pathlib import Path
-
-import pytest
-import torch
-from safetensors.torch import load_file
-
 from components.step.artifacts import LOSS_PNG, REPORT_MD, TRAIN_JSONL
 from components.step.dispatch import run_stage
 from components.trainjob.launcher import TrainJobSpec
 from components.trainjob.placement import Placement
 from components.trainjob.stagelog import container_command
-from gpt.rundir.layout import RunDir
-from support.once import made_once
-from support.runs import TINY_DDP, write_data
+from support.runs import TINY_DDP
 
 # The train stage's files, which the step carries back from the TrainJob's log.
 TRAIN_FILES = [TRAIN_JSONL, REPORT_MD, LOSS_PNG]
-
-# A run long enough to be stopped anywhere in it, with a checkpoint halfway; a progress line
-# every step says where it is.
-STEPS = {"max_iters": 100, "eval_interval": 50, "ckpt_interval": 50, "log_interval": 1}
 
 
 def train_on_cluster(cluster, run: str, nodes: int, procs: int, image: str = "gpt-workload:t",
@@ -47,17 +34,3 @@ def stand_in(program: str, name: str = "train-gpt", nodes: int = 1) -> TrainJobS
         args=["python3", "-c", program], env={"PYTHONUNBUFFERED": "1"},
         placement=Placement(num_nodes=nodes, timeout=120),
     )  # fmt: skip
-
-
-def two_nodes_uninterrupted(tmp_path_factory: pytest.TempPathFactory, cluster,
-                            pvc: Path) -> dict[str, torch.Tensor]:  # fmt: skip
-    """The weights of STEPS trained on two nodes and never stopped: what the tests that stop a
-    two-node run compare its end with, trained on the cluster of whichever asks first."""
-
-    def run(folder: Path) -> None:
-        write_data(pvc, "whole-2")
-        train_on_cluster(cluster, "whole-2", 2, 1, **STEPS)
-        shutil.copy(RunDir.of(pvc, "whole-2").model_dir / "model.safetensors", folder)
-
-    return load_file(made_once(tmp_path_factory, "two-nodes-uninterrupted", run)
-                     / "model.safetensors")  # fmt: skip

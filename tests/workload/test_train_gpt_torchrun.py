@@ -9,16 +9,22 @@ import os
 from pathlib import Path
 
 import pytest
-from support.runs import TINY, as_flags, in_process, records, train, train_cli, write_data
+from support.runs import (
+    TINY,
+    TWO_RANKS,
+    as_flags,
+    in_process,
+    records,
+    train,
+    train_cli,
+    write_data,
+)
 
 from components.step.dispatch import run_stage
 from components.trainjob.placement import Placement
 from gpt.rundir.layout import RunDir
 
 pytestmark = pytest.mark.slow
-
-TWO_RANKS = ["--standalone", "--nproc_per_node=2"]
-
 
 def corpus(root: Path, run: str) -> RunDir:
     """The real load-corpus stage (in this process), char-level on the embedded default text."""

@@ -23,9 +23,12 @@ from safetensors.torch import load_file
 from support.runs import (
     DEFAULT_FLAGS,
     ONE_THREAD,
-    TINY_FLAGS,
+    STOPPABLE,
+    TINY_DDP,
+    as_flags,
     default_flags_run,
     train,
+    two_ranks_uninterrupted,
     write_data,
 )
 
@@ -34,18 +37,21 @@ from gpt.rundir.layout import RunDir
 from gpt.stages import TRAIN_GPT
 from gpt.training.stopping import StopRequest
 
-# Long enough to be signalled mid-run, short enough for CI: a few seconds of a tiny model.
-FLAGS = ["--max_iters", "150", "--ckpt_interval", "60", "--eval_interval", "60",
-         "--log_interval", "25"]
+# Long enough to be signalled mid-run, short enough for CI: a few seconds of a tiny model; the
+# run support.runs.two_ranks_uninterrupted trained, which two ranks stopped here end with.
+FLAGS = as_flags({**TINY_DDP, **STOPPABLE})
 
 
 def _weights(run: RunDir) -> dict[str, torch.Tensor]:
     return load_file(run.model_dir / "model.safetensors")
 
 
+def _equal(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> bool:
+    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
 def _same_weights(a: RunDir, b: RunDir) -> bool:
-    wa, wb = _weights(a), _weights(b)
-    return wa.keys() == wb.keys() and all(torch.equal(wa[k], wb[k]) for k in wa)
+    return _equal(_weights(a), _weights(b))
 
 
 def _command(root: Path, run: str, nproc: int) -> list[str]:
@@ -53,7 +59,7 @@ def _command(root: Path, run: str, nproc: int) -> list[str]:
     if nproc > 1:
         torchrun = [sys.executable, "-m", "gpt.distributed.torchrun", "--standalone",
                     "--nproc_per_node", str(nproc)]
-    return TRAIN_GPT.command(["--root", str(root), "--run", run, *TINY_FLAGS, *FLAGS],
+    return TRAIN_GPT.command(["--root", str(root), "--run", run, *FLAGS],
                              python=[sys.executable], torchrun=torchrun)
 
 
@@ -84,24 +90,25 @@ def test_the_first_signal_is_noted_and_a_second_stops_at_once() -> None:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("nproc", [1, 2])
-def test_sigterm_writes_a_checkpoint_and_the_rerun_resumes_bit_identical(tmp_path: Path,
-                                                                        nproc: int) -> None:
+def test_sigterm_writes_a_checkpoint_and_the_rerun_resumes_bit_identical(
+    tmp_path: Path, tmp_path_factory: pytest.TempPathFactory, nproc: int
+) -> None:
     """At a random step, with one process and under torchrun (gpt.distributed.torchrun): the status
     says stopped, LATEST is the step it stopped at (no step after the last logged one is lost), and
     the same command then ends with the weights of an uninterrupted run."""
-    for run in ("whole", "stopped"):
-        write_data(tmp_path, run)
     if nproc == 1:  # the same command in this process: no interpreter to start
+        write_data(tmp_path, "whole")
         assert train(tmp_path, "whole", *FLAGS) == 0
+        whole = _weights(RunDir.of(tmp_path, "whole"))
     else:
-        whole = subprocess.run(_command(tmp_path, "whole", nproc), capture_output=True, text=True,
-                               env={**os.environ, **ONE_THREAD}, timeout=300)
-        assert whole.returncode == 0, whole.stderr[-2000:]
+        whole = two_ranks_uninterrupted(tmp_path_factory)
+    write_data(tmp_path, "stopped")
     # Each CI run draws anew; the last draw leaves 50 steps for the signal to land in.
-    after = random.Random().choice(range(25, 125, 25))
+    after = random.Random().choice(range(10, 60, 10))
     status, log = _signal_mid_run(tmp_path, "stopped", nproc, after)
     assert status == EXIT_STOPPED, log[-2000:]
-    stopped = re.search(r"stopped by SIGTERM at step (\d+) of 150, checkpoint written", log)
+    stopped = re.search(rf"stopped by SIGTERM at step (\d+) of {STOPPABLE['max_iters']}, "
+                        "checkpoint written", log)  # fmt: skip
     assert stopped, log[-2000:]
     step = int(stopped.group(1))
     assert step >= after
@@ -112,7 +119,7 @@ def test_sigterm_writes_a_checkpoint_and_the_rerun_resumes_bit_identical(tmp_pat
                            env={**os.environ, **ONE_THREAD}, timeout=300)
     assert again.returncode == 0, again.stderr[-2000:]
     assert f"resumed from step-{step}: step {step}" in again.stdout
-    assert _same_weights(rundir, RunDir.of(tmp_path, "whole")), f"stopped at {step}"
+    assert _equal(_weights(rundir), whole), f"stopped at {step}"
 
 
 def test_checkpoints_by_the_clock_leave_the_weights_unchanged(tmp_path: Path) -> None:
