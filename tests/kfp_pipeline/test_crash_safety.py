@@ -1,11 +1,13 @@
 """The local pipeline survives SIGKILL anywhere, and two pipelines on one run never interleave.
 
 Each trial kills `python -m pipeline run-local` (what `make demo` runs) with its whole process
-group at a random moment, then runs the same command again: the re-run must complete, end with
-the same data and bit-identical weights as an uninterrupted run, and leave no temporary or
-half-written file under the root. Every stage is hit in each run, at a moment drawn anew over
-the whole of it, so that CI runs between them hit it at whatever it does (tokenizing, writing a
-checkpoint, exporting, answering a prompt); a kill costs a whole pipeline, so one a stage.
+group at a random moment; the same command run again goes on from there, and is killed in turn
+in a later step, until a last run completes: it must end with the same data and bit-identical
+weights as an uninterrupted run, and leave no temporary or half-written file under the root.
+Every stage is hit in each test run, at a moment drawn anew over the whole of it, so that CI runs
+between them hit it at whatever it does (tokenizing, writing a checkpoint, exporting, answering a
+prompt); one kill a stage, in one chain of re-runs where the kills land in order (one pipeline's
+work for the three, where a pipeline a kill cost a minute of CI).
 
 A moment is a point of the uninterrupted run's step, taken from the last line that step printed
 before it: a trial waits for that line, then for the rest of the moment. Timed from the step's
@@ -218,36 +220,61 @@ def test_sigkill_at_random_moments_then_the_same_command_completes_identically(
     seed = random.randrange(2**32)
     rng = random.Random(seed)
     hit = dict.fromkeys(STAGES, 0)
+    chain = Chain(tmp_path, 0)
     trial = -1
     while min(hit.values()) < KILLS_PER_STAGE:
         trial += 1
         assert trial < MAX_TRIALS, f"only {hit} kills landed in {trial} trials (seed {seed})"
-        root = tmp_path / f"trial-{trial}"
-        # The step hit least so far, at a random point of it.
-        target = min(STAGES, key=hit.__getitem__)
+        # The first step still to hit that this chain's run has not finished, at a random
+        # point of it; a chain whose run is past every such step completes, and a new one starts.
+        target = chain.next_target(hit)
+        if target is None:
+            chain.complete(ref_run)
+            chain = Chain(tmp_path, chain.number + 1)
+            target = chain.next_target(hit)
         at = rng.random()
         line, delay = moment_in(ref, target, at)
-        pipeline = Pipeline(root)
+        pipeline = Pipeline(chain.root)
         if pipeline.kill_at(target, line, delay):
             stage = pipeline.running()
             assert stage is not None  # the target had begun
             hit[stage] += 1
         pipeline.wait()
+        chain.finished |= set(pipeline.ended)
         # The kernel kills a stage the moment its parent dies; an orphan would live on for
         # seconds (the rest of its stage), so a short grace tells the two apart.
         deadline = time.monotonic() + 2
-        while (orphans := processes_under(root)) and time.monotonic() < deadline:
+        while (orphans := processes_under(chain.root)) and time.monotonic() < deadline:
             time.sleep(0.1)
-        context = (f"trial {trial}, killed {delay:.2f} s after line {line} of {target} "
-                   f"({at:.0%} into it; seed {seed})")
-        assert not orphans, f"{context}: processes outlived the kill"
-        complete(root)
+        chain.said.append(f"trial {trial}, killed {delay:.2f} s after line {line} of {target} "
+                          f"({at:.0%} into it; seed {seed})")  # fmt: skip
+        assert not orphans, f"{chain.said[-1]}: processes outlived the kill"
+    chain.complete(ref_run)
+    print(f"kills per stage: {hit} in {trial + 1} trials, {chain.number + 1} chain(s) "
+          f"(seed {seed})")  # fmt: skip
+
+
+class Chain:
+    """One root killed again and again, each kill's re-run going on from where the one before
+    left it (a step killed in one run and a later step in its re-run: three kills for the price
+    of one pipeline), until the same command completes it."""
+
+    def __init__(self, tmp_path: Path, number: int) -> None:
+        self.number, self.root = number, tmp_path / f"chain-{number}"
+        self.finished: set[str] = set()  # the steps a run of the chain finished
+        self.said: list[str] = []  # each kill, for a failure's message
+
+    def next_target(self, hit: dict[str, int]) -> str | None:
+        later = [s for s in STAGES if hit[s] < KILLS_PER_STAGE and s not in self.finished]
+        return later[0] if later else None
+
+    def complete(self, ref_run: Path) -> None:
+        complete(self.root)
         try:
-            assert_same_run(root / RUN, ref_run)
-            assert_nothing_half_written(root)
+            assert_same_run(self.root / RUN, ref_run)
+            assert_nothing_half_written(self.root)
         except AssertionError as e:
-            raise AssertionError(f"{context}: {e}") from None
-    print(f"kills per stage: {hit} in {trial + 1} trials (seed {seed})")
+            raise AssertionError(f"after {'; '.join(self.said)}: {e}") from None
 
 
 @pytest.mark.slow

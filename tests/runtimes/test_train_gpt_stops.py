@@ -293,7 +293,7 @@ def test_terminating_the_pipelines_running_step_leaves_nothing_running(trainer_c
                                 stderr=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
     try:
         job = _new_run(trainer_cluster, set(), "train-gpt")
-        while "step" not in _node0_log(job):
+        while "step" not in _node0_log(job, 0):
             time.sleep(0.1)
         step = _step_process(pipeline.pid)
         os.kill(step, signal.SIGTERM)
