@@ -232,3 +232,7 @@ def test_end_of_text_is_a_cut_of_its_own() -> None:
     ids = np.array(enc.encode_ordinary("ab") + [enc.eot_token] + enc.encode_ordinary("cd"))
     assert piece_cuts(ids).tolist() == [1, 2]
     assert piece_cuts(np.array([enc.eot_token, *enc.encode_ordinary("a b")])).tolist() == [1, 2]
+    # never the text's own start or end; two ends-of-text in a row, a piece each
+    assert piece_cuts(np.array([*enc.encode_ordinary("a b"), enc.eot_token])).tolist() == [1, 2]
+    eot = enc.eot_token
+    assert piece_cuts(np.array([*enc.encode_ordinary("ab"), eot, eot])).tolist() == [1, 2]
