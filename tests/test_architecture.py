@@ -30,7 +30,7 @@ GPT_LAYERS = [
     {"config"},
     {"data", "distributed"},
     {"rundir"},
-    {"errors"},
+    {"errors", "cores"},
 ]
 
 

@@ -16,6 +16,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed.constants import default_pg_timeout
 
+from gpt.cores import usable_cores
 from gpt.errors import InputError
 
 
@@ -105,8 +106,9 @@ def setup(device: str) -> World:
     else:
         dev = torch.device("cpu")
         if "OMP_NUM_THREADS" not in os.environ:
-            # Ranks on one machine share its cores; more threads than cores runs slower.
-            threads = max(1, len(os.sched_getaffinity(0)) // local_size)
+            # Ranks on one machine share its cores (as many as its CPU limit lets it keep busy);
+            # more threads than cores runs slower.
+            threads = max(1, usable_cores() // local_size)
             # Only where that changes the count: set_num_threads also stops MKL from running a
             # small matmul on fewer threads than the pool has (mkl_set_dynamic(false)).
             if threads != torch.get_num_threads():

@@ -34,8 +34,10 @@ from support.runs import (
 from gpt.__main__ import main as gpt_main
 from gpt.config.cli import build_parser
 from gpt.config.configs import DROPOUT_REPEATED, FINETUNE_LR, TrainConfig
+from gpt.cores import usable_cores
 from gpt.data.batches import Batches, count_ids, eval_offsets
 from gpt.data.tokenizer import load_tokenizer
+from gpt.distributed import world
 from gpt.distributed.world import World, setup
 from gpt.models import loss as chunked
 from gpt.models.export import load_export
@@ -468,7 +470,7 @@ def test_one_process_leaves_a_full_thread_pool_as_torch_made_it(monkeypatch) -> 
     """torch.set_num_threads also turns off MKL's dynamic threading (fewer threads for a small
     matmul; 1-2% of a baby GPT's CPU step here), so setup calls it only to change the count: for
     ranks that share a machine's cores, not for one process that has them all."""
-    cores = len(os.sched_getaffinity(0))
+    cores = usable_cores()
     calls: list[int] = []
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     monkeypatch.setattr(torch, "get_num_threads", lambda: cores)
@@ -478,6 +480,11 @@ def test_one_process_leaves_a_full_thread_pool_as_torch_made_it(monkeypatch) -> 
     monkeypatch.setenv("LOCAL_WORLD_SIZE", str(2 * cores))  # torchrun's, without a process group
     setup("cpu")
     assert calls == [1]
+    monkeypatch.delenv("LOCAL_WORLD_SIZE")
+    monkeypatch.setattr(world, "usable_cores", lambda: 1)  # a container limited to one CPU
+    monkeypatch.setattr(torch, "get_num_threads", lambda: cores + 1)  # torch counts the node's
+    setup("cpu")
+    assert calls == [1, 1]
 
 
 def test_every_metrics_row_has_the_elapsed_time(root: Path) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from importlib import resources
 from pathlib import Path
 
@@ -236,3 +237,16 @@ def test_end_of_text_is_a_cut_of_its_own() -> None:
     assert piece_cuts(np.array([*enc.encode_ordinary("a b"), enc.eot_token])).tolist() == [1, 2]
     eot = enc.eot_token
     assert piece_cuts(np.array([*enc.encode_ordinary("ab"), eot, eot])).tolist() == [1, 2]
+
+
+def test_the_corpus_stage_encodes_on_one_thread_per_usable_core(monkeypatch) -> None:
+    sizes: list[int] = []
+
+    def recording(workers: int) -> ThreadPoolExecutor:
+        sizes.append(workers)
+        return ThreadPoolExecutor(workers)
+
+    monkeypatch.setattr(gpt.data.tokenfiles, "ThreadPoolExecutor", recording)
+    monkeypatch.setattr(gpt.data.tokenfiles, "usable_cores", lambda: 3)
+    assert list(gpt.data.tokenfiles._in_order(lambda x: x * 2, range(10))) == list(range(0, 20, 2))
+    assert sizes == [3]
