@@ -7,18 +7,18 @@ offsets the caller noted), GPT-2's ids hold end-of-text in place of each separat
 document is encoded on its own (`chunks`), as nanoGPT's openwebtext/prepare.py does.
 
 - gpt2: the chunks are encoded a thread per usable core (tiktoken releases the GIL) and each id
-  written as it comes. A chunk ends only where GPT-2's pre-tokenizer ends a piece whatever follows, so the
-  ids are exactly those of the whole text. Compaction needs the corpus's token counts before it
-  can renumber: they are counted on the way (np.bincount), the GPT-2 ids kept in a file, and a
-  second pass renumbers that file chunk by chunk. Where max_vocab dropped tokens of the corpus,
-  the pieces holding one are encoded again (GPT2Tokenizer.compact_ids), so the ids are exactly
-  what the tokenizer encodes, and the chunks end where pieces do (`_at_cuts`).
-  A text above SAMPLED_ABOVE bytes with a --max_vocab cap is counted on a sample instead
-  (`_sample_counts`: VOCAB_SAMPLE_BYTES in slices spread evenly over it): the cap keeps only the
-  most frequent tokens, which a sample of millions of tokens ranks as the whole text would, and
-  one pass then encodes the text with the fitted vocabulary itself (tiktoken over the kept
-  tokens, faster than GPT-2's). Exact counts would cost a second pass over every id (the stage
-  at 2 GB, compacted: 0.65x raw tiktoken's speed with them, 0.95x now; docs/performance.md).
+  written as it comes. A chunk ends only where GPT-2's pre-tokenizer ends a piece whatever follows,
+  so the ids are exactly those of the whole text. Compaction needs the corpus's token counts before
+  it can renumber: they are counted on the way (np.bincount), the GPT-2 ids kept in a file, and a
+  second pass renumbers that file chunk by chunk. Where max_vocab dropped tokens of the corpus, the
+  pieces holding one are encoded again (GPT2Tokenizer.compact_ids), so the ids are exactly what the
+  tokenizer encodes, and the chunks end where pieces do (`_at_cuts`). A text above SAMPLED_ABOVE
+  bytes with a --max_vocab cap is counted on a sample instead (`_sample_counts`: VOCAB_SAMPLE_BYTES
+  in slices spread evenly over it): the cap keeps only the most frequent tokens, which a sample of
+  millions of tokens ranks as the whole text would, and one pass then encodes the text with the
+  fitted vocabulary itself (tiktoken over the kept tokens, faster than GPT-2's). Exact counts would
+  cost a second pass over every id (the stage at 2 GB, compacted: 0.65x raw tiktoken's speed with
+  them, 0.95x now; docs/performance.md).
 - char: a first pass counts the characters (the vocabulary), a second writes their ids.
 """
 

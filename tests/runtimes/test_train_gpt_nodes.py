@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-from safetensors.torch import load_file
 from support.apiserver import apply_cluster_object
 from support.cluster.controller import SYNC_BATCH_S
 from support.paths import PROJECT
@@ -19,6 +18,8 @@ from support.runs import (
     STOPPABLE,
     TINY_DDP,
     as_flags,
+    assert_same_weights,
+    model_weights,
     records,
     train,
     two_ranks_uninterrupted,
@@ -97,11 +98,8 @@ def test_a_lost_node_restarts_the_jobset_and_training_ends_as_if_uninterrupted(
     assert "resumed from step-" in run.current[0].log
     assert [r["step"] for r in records(RunDir.of(pvc, "lost"))][-1] == STOPPABLE["max_iters"]
 
-    a = load_file(RunDir.of(pvc, "lost").model_dir / "model.safetensors")
-    b = two_ranks_uninterrupted(tmp_path_factory)
-    assert a.keys() == b.keys()
-    for key in a:
-        assert a[key].equal(b[key]), key
+    lost = model_weights(RunDir.of(pvc, "lost"))
+    assert_same_weights(lost, two_ranks_uninterrupted(tmp_path_factory))
 
 
 def recreate(api, runtime: dict) -> None:

@@ -20,7 +20,6 @@ import time
 from pathlib import Path
 
 import pytest
-from safetensors.torch import load_file
 from support.cluster.kfp_step import step_env
 from support.cluster.kubelet import pid_namespaces
 from support.runs import (
@@ -28,6 +27,8 @@ from support.runs import (
     TINY_DDP,
     TINY_PIPELINE,
     as_flags,
+    assert_same_weights,
+    model_weights,
     train,
     two_ranks_uninterrupted,
     write_data,
@@ -41,10 +42,6 @@ from gpt.rundir.layout import RunDir
 from pipeline.__main__ import COMPILED
 
 pytestmark = [pytest.mark.slow, pytest.mark.apiserver]
-
-def _weights(pvc: Path, run: str) -> dict:
-    return load_file(RunDir.of(pvc, run).model_dir / "model.safetensors")
-
 
 def _node0_log(job, attempt: int) -> str:
     """The log of node 0's pod in the JobSet's attempt `attempt`, "" before it has one (or while
@@ -107,7 +104,8 @@ def test_an_evicted_trainjob_checkpoints_and_resumes_bit_identical(pvc, trainer_
     # thread, as the pod's), two nodes' as two ranks here.
     write_data(pvc, "whole-1")
     assert train(pvc, "whole-1", *as_flags({**TINY_DDP, **STOPPABLE})) == 0
-    reference = {1: _weights(pvc, "whole-1"), 2: two_ranks_uninterrupted(tmp_path_factory)}
+    reference = {1: model_weights(RunDir.of(pvc, "whole-1")),
+                 2: two_ranks_uninterrupted(tmp_path_factory)}
     # Anywhere but the last 20 steps, which a stop could overrun: the run would end. The two
     # nodes' second eviction in the second half, after the first one's resume.
     last = STOPPABLE["max_iters"] - 20
@@ -163,10 +161,8 @@ def _check_resumed(pvc: Path, run: str, job, evictions: list[tuple[int, int]], n
     # One node: the Job replaced the evicted pod without using the JobSet's restarts.
     # Two: the other node's stop counts as its failure, a restart of the JobSet each.
     assert job.restarts == (0 if nodes == 1 else len(evictions))
-    weights = _weights(pvc, run)
-    assert weights.keys() == reference.keys()
-    for key, value in weights.items():
-        assert value.equal(reference[key]), f"{key} differs from the uninterrupted run's"
+    assert_same_weights(model_weights(RunDir.of(pvc, run)), reference,
+                        "the end against the uninterrupted run's")
 
 
 def test_a_bad_flag_fails_the_trainjob_once(trainer_cluster):

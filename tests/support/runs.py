@@ -184,7 +184,20 @@ def two_ranks_uninterrupted(tmp_path_factory: pytest.TempPathFactory) -> dict[st
         assert done.returncode == 0, done.stderr[-2000:]
 
     folder = made_once(tmp_path_factory, "two-ranks-uninterrupted", run)
-    return load_file(RunDir.of(folder, "whole-2").model_dir / "model.safetensors")
+    return model_weights(RunDir.of(folder, "whole-2"))
+
+
+def model_weights(rundir: RunDir) -> dict[str, torch.Tensor]:
+    """The weights a run exported (model/model.safetensors)."""
+    return load_file(rundir.model_dir / "model.safetensors")
+
+
+def assert_same_weights(got: dict[str, torch.Tensor], want: dict[str, torch.Tensor],
+                        what: str = "the weights") -> None:  # fmt: skip
+    """The same names and, under each, bit for bit the same tensor; a failure names what differs."""
+    assert got.keys() == want.keys(), f"{what}: names differ: {sorted(got.keys() ^ want.keys())}"
+    for name, tensor in got.items():
+        assert torch.equal(tensor, want[name]), f"{what}: {name} differs"
 
 
 def records(rundir: RunDir) -> list[dict]:

@@ -24,8 +24,10 @@ from support.runs import (
     ONE_THREAD,
     TINY,
     TINY_MODEL,
+    assert_same_weights,
     default_flags_run,
     in_process,
+    model_weights,
     records,
     train,
     write_data,
@@ -116,9 +118,7 @@ def test_exact_resume_equals_a_straight_run(root: Path, extra: list[str]) -> Non
     for weights in (checkpoint.MODEL, checkpoint.AVERAGE):  # the weight average resumes too
         wa = load_file(straight.ckpt_step(20) / weights)
         wb = load_file(resumed / "ckpt" / "step-20" / weights)
-        assert wa.keys() == wb.keys()
-        for name in wa:
-            assert torch.equal(wa[name], wb[name]), (weights, name)
+        assert_same_weights(wb, wa, weights)
 
 
 def test_resume_modes(root: Path, capsys) -> None:
@@ -410,10 +410,6 @@ def test_help_lists_every_knob() -> None:
         assert f"--{flag}" in text
 
 
-def _weights(run: RunDir) -> dict[str, torch.Tensor]:
-    return load_file(run.model_dir / "model.safetensors")
-
-
 @pytest.mark.slow
 def test_default_flags_are_reproducible_and_a_killed_run_resumes_bit_identical(
     root: Path, tmp_path_factory, capsys
@@ -432,8 +428,8 @@ def test_default_flags_are_reproducible_and_a_killed_run_resumes_bit_identical(
 
     straight = default_flags_run(tmp_path_factory)  # the command as a process
     assert in_process(*argv("b")) == 0  # the same command again, in this test's process
-    a, b = _weights(straight), _weights(RunDir.of(root, "b"))
-    assert all(torch.equal(a[k], b[k]) for k in a)
+    a = model_weights(straight)
+    assert_same_weights(model_weights(RunDir.of(root, "b")), a)
 
     env = {**os.environ, **ONE_THREAD}
     killed = RunDir.of(root, "killed")
@@ -447,8 +443,7 @@ def test_default_flags_are_reproducible_and_a_killed_run_resumes_bit_identical(
     capsys.readouterr()
     assert in_process(*argv("killed")) == 0  # the same command again, in this test's process
     assert "resumed from step-" in capsys.readouterr().out
-    c = _weights(killed)
-    assert all(torch.equal(a[k], c[k]) for k in a)
+    assert_same_weights(model_weights(killed), a)
     assert [r["loss"] for r in records(killed)] == [r["loss"] for r in records(straight)]
 
 

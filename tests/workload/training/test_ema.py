@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 from safetensors.torch import load_file
-from support.runs import TINY_MODEL, train, write_data
+from support.runs import TINY_MODEL, assert_same_weights, train, write_data
 
 from gpt.config.configs import DEFAULT_EMA_DECAY, GPTConfig, TrainConfig
 from gpt.models.export import load_export
@@ -104,8 +104,7 @@ def test_a_run_resumed_without_ema_decay_keeps_the_decay_it_started_with(root: P
     assert train(root, "cut", *flags) == 0  # --ema_decay left out, as a plain rerun does
     whole = load_file(RunDir.of(root, "whole").ckpt_step(20) / checkpoint.AVERAGE)
     resumed = load_file(cut.ckpt_step(20) / checkpoint.AVERAGE)
-    assert resumed.keys() == whole.keys()
-    assert all(torch.equal(resumed[k], whole[k]) for k in whole)
+    assert_same_weights(resumed, whole, "the resumed average")
 
 
 def test_without_an_average_the_run_writes_none_and_resuming_needs_it_off(root: Path,

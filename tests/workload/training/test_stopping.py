@@ -17,16 +17,16 @@ import time
 from pathlib import Path
 
 import pytest
-import torch
 import torch.distributed as dist
-from safetensors.torch import load_file
 from support.runs import (
     DEFAULT_FLAGS,
     ONE_THREAD,
     STOPPABLE,
     TINY_DDP,
     as_flags,
+    assert_same_weights,
     default_flags_run,
+    model_weights,
     train,
     two_ranks_uninterrupted,
     write_data,
@@ -40,18 +40,6 @@ from gpt.training.stopping import StopRequest
 # Long enough to be signalled mid-run, short enough for CI: a few seconds of a tiny model; the
 # run support.runs.two_ranks_uninterrupted trained, which two ranks stopped here end with.
 FLAGS = as_flags({**TINY_DDP, **STOPPABLE})
-
-
-def _weights(run: RunDir) -> dict[str, torch.Tensor]:
-    return load_file(run.model_dir / "model.safetensors")
-
-
-def _equal(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> bool:
-    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
-
-
-def _same_weights(a: RunDir, b: RunDir) -> bool:
-    return _equal(_weights(a), _weights(b))
 
 
 def _command(root: Path, run: str, nproc: int) -> list[str]:
@@ -99,7 +87,7 @@ def test_sigterm_writes_a_checkpoint_and_the_rerun_resumes_bit_identical(
     if nproc == 1:  # the same command in this process: no interpreter to start
         write_data(tmp_path, "whole")
         assert train(tmp_path, "whole", *FLAGS) == 0
-        whole = _weights(RunDir.of(tmp_path, "whole"))
+        whole = model_weights(RunDir.of(tmp_path, "whole"))
     else:
         whole = two_ranks_uninterrupted(tmp_path_factory)
     write_data(tmp_path, "stopped")
@@ -119,7 +107,7 @@ def test_sigterm_writes_a_checkpoint_and_the_rerun_resumes_bit_identical(
                            env={**os.environ, **ONE_THREAD}, timeout=300)
     assert again.returncode == 0, again.stderr[-2000:]
     assert f"resumed from step-{step}: step {step}" in again.stdout
-    assert _equal(_weights(rundir), whole), f"stopped at {step}"
+    assert_same_weights(model_weights(rundir), whole, f"stopped at {step}")
 
 
 def test_checkpoints_by_the_clock_leave_the_weights_unchanged(tmp_path: Path) -> None:
@@ -132,7 +120,7 @@ def test_checkpoints_by_the_clock_leave_the_weights_unchanged(tmp_path: Path) ->
     steps, clock = RunDir.of(tmp_path, "steps"), RunDir.of(tmp_path, "clock")
     assert [p.name for p in steps.ckpt_dir.glob("step-*")] == ["step-60"]
     assert len(list(clock.ckpt_dir.glob("step-*"))) > 2
-    assert _same_weights(steps, clock)
+    assert_same_weights(model_weights(steps), model_weights(clock))
 
 
 @pytest.mark.slow
@@ -170,7 +158,8 @@ def test_with_the_default_flags_a_sigterm_resumes_bit_identical(tmp_path: Path,
     assert "checkpoint written" in rest
     again = subprocess.run(command, capture_output=True, text=True, env=env)
     assert again.returncode == 0 and "resumed from step-" in again.stdout
-    assert _same_weights(RunDir.of(tmp_path, "stopped"), default_flags_run(tmp_path_factory))
+    stopped = model_weights(RunDir.of(tmp_path, "stopped"))
+    assert_same_weights(stopped, model_weights(default_flags_run(tmp_path_factory)))
 
 
 def test_a_rank_waiting_for_its_peers_ends_at_the_first_sigterm(tmp_path: Path) -> None:
