@@ -61,6 +61,13 @@ SPLITS = ("train", "val")
 # the next word's piece). Python's \S is narrower than the pattern's, so these hold there too.
 SAFE_CUT = re.compile(r"(?<=\S\n)(?=\S)|(?<=[A-Za-z])(?= [A-Za-z])")
 _CUT_WINDOW = 1 << 16
+# Items (chunks of about a megabyte) a worker pool's threads encode before new threads take over.
+# Measured on 2 cores (27 Nov 2026), the stage on 256 MB took 38.6-40.5 s with threads that lived
+# through the whole text and 32.5-32.9 s with threads replaced every 64 chunks (alternating runs,
+# four in all; tiktoken alone, 256 MB, three pairs: 1.2-1.45x). Why a long-lived encoding thread
+# slows is not pinned down (tiktoken keeps a regex per thread, chosen by the thread's id; one
+# thread on its own did not slow with age); new threads cost microseconds.
+THREAD_ITEMS = 64
 T = TypeVar("T")
 R = TypeVar("R")
 
@@ -338,19 +345,28 @@ def _at_cuts(parts: Iterator[np.ndarray]) -> Iterator[np.ndarray]:
 
 def _in_order(fn: Callable[[T], R], items: Iterable[T]) -> Iterator[R]:
     """fn(item) for each item, in order, computed on every usable core (tiktoken and numpy
-    release the GIL); at most two items per worker are in flight, so memory stays bounded."""
+    release the GIL); at most two items per worker are in flight, so memory stays bounded.
+    Every THREAD_ITEMS items, new threads take over from the ones before."""
     # A worker per core, no more: a third encoding thread on two cores cost 16% (50 MB, six
-    # interleaved rounds, 27 Nov 2026), the caches of three encoders churning on two cores; this
-    # thread's reading, cutting and writing is ~1% of the work.
+    # interleaved rounds, 27 Nov 2026); this thread's reading, cutting and writing is ~1% of
+    # the work. New threads every THREAD_ITEMS: see there.
     workers = usable_cores()
-    with ThreadPoolExecutor(workers) as pool:
-        pending: deque[Future[R]] = deque()
-        for item in items:
+    pending: deque[Future[R]] = deque()
+    pool = ThreadPoolExecutor(workers)
+    try:
+        for n, item in enumerate(items, 1):
             pending.append(pool.submit(fn, item))
+            if n % THREAD_ITEMS == 0:
+                pool.shutdown(wait=False)  # its threads end once their items are done
+                pool = ThreadPoolExecutor(workers)
             if len(pending) >= 2 * workers:
                 yield pending.popleft().result()
         while pending:
             yield pending.popleft().result()
+    finally:
+        for future in pending:
+            future.cancel()
+        pool.shutdown()
 
 
 def _encoded(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from importlib import resources
 from pathlib import Path
@@ -250,3 +252,34 @@ def test_the_corpus_stage_encodes_on_one_thread_per_usable_core(monkeypatch) -> 
     monkeypatch.setattr(gpt.data.tokenfiles, "usable_cores", lambda: 3)
     assert list(gpt.data.tokenfiles._in_order(lambda x: x * 2, range(10))) == list(range(0, 20, 2))
     assert sizes == [3]
+
+
+def test_new_threads_take_over_every_thread_items_and_the_order_holds(monkeypatch) -> None:
+    monkeypatch.setattr(gpt.data.tokenfiles, "THREAD_ITEMS", 4)
+    monkeypatch.setattr(gpt.data.tokenfiles, "usable_cores", lambda: 2)
+
+    def work(i: int) -> tuple[int, str]:
+        time.sleep(0.01 * (i % 3))  # items finish out of order
+        return i, threading.current_thread().name  # "ThreadPoolExecutor-<pool>_<thread>"
+
+    done = list(gpt.data.tokenfiles._in_order(work, range(10)))
+    assert [i for i, _ in done] == list(range(10))
+    pools = [name.rsplit("_", 1)[0] for _, name in done]
+    assert len(set(pools[:4])) == len(set(pools[4:8])) == len(set(pools[8:])) == 1
+    assert len(set(pools)) == 3  # items 0-3, 4-7, 8-9: three pools, none sharing a thread
+
+
+def test_a_failing_item_stops_the_rest(monkeypatch) -> None:
+    monkeypatch.setattr(gpt.data.tokenfiles, "THREAD_ITEMS", 4)
+    started: list[int] = []
+
+    def work(i: int) -> int:
+        started.append(i)
+        if i == 5:
+            raise ValueError("item 5")
+        return i
+
+    with pytest.raises(ValueError, match="item 5"):
+        list(gpt.data.tokenfiles._in_order(work, range(1000)))
+    # Items in flight beside it may still start; nothing after them is taken.
+    assert 5 in started and max(started) < 5 + 2 * gpt.data.tokenfiles.usable_cores() + 1
