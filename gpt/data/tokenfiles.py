@@ -61,13 +61,15 @@ SPLITS = ("train", "val")
 # the next word's piece). Python's \S is narrower than the pattern's, so these hold there too.
 SAFE_CUT = re.compile(r"(?<=\S\n)(?=\S)|(?<=[A-Za-z])(?= [A-Za-z])")
 _CUT_WINDOW = 1 << 16
-# Items (chunks of about a megabyte) a worker pool's threads encode before new threads take over.
-# Measured on 2 cores (27 Nov 2026), the stage on 256 MB took 38.6-40.5 s with threads that lived
-# through the whole text and 32.5-32.9 s with threads replaced every 64 chunks (alternating runs,
-# four in all; tiktoken alone, 256 MB, three pairs: 1.2-1.45x). Why a long-lived encoding thread
-# slows is not pinned down (tiktoken keeps a regex per thread, chosen by the thread's id; one
-# thread on its own did not slow with age); new threads cost microseconds.
-THREAD_ITEMS = 64
+# Items (chunks of about a megabyte) each thread of a worker pool encodes, on average, before new
+# threads take over. Measured on 2 cores (27 Nov 2026), the stage on 256 MB took 38.6-40.5 s with
+# threads that lived through the whole text and 32.5-32.9 s with two threads replaced every 64
+# chunks (alternating runs, four in all; at 2 GB 269 s against 187 s). Why a long-lived encoding
+# thread slows is not pinned down (tiktoken keeps 128 copies of its regex, one chosen by the
+# thread's id; one thread on its own did not slow with age); new threads cost microseconds. Per
+# thread, not per pool, so that a many-core node's new ids reach tiktoken's 128 (and come back
+# round to used copies) no sooner than two cores' do: after ~4 GB.
+THREAD_ITEMS = 32
 T = TypeVar("T")
 R = TypeVar("R")
 
@@ -346,7 +348,7 @@ def _at_cuts(parts: Iterator[np.ndarray]) -> Iterator[np.ndarray]:
 def _in_order(fn: Callable[[T], R], items: Iterable[T]) -> Iterator[R]:
     """fn(item) for each item, in order, computed on every usable core (tiktoken and numpy
     release the GIL); at most two items per worker are in flight, so memory stays bounded.
-    Every THREAD_ITEMS items, new threads take over from the ones before."""
+    Every THREAD_ITEMS items per worker, new threads take over from the ones before."""
     # A worker per core, no more: a third encoding thread on two cores cost 16% (50 MB, six
     # interleaved rounds, 27 Nov 2026); this thread's reading, cutting and writing is ~1% of
     # the work. New threads every THREAD_ITEMS: see there.
@@ -356,7 +358,7 @@ def _in_order(fn: Callable[[T], R], items: Iterable[T]) -> Iterator[R]:
     try:
         for n, item in enumerate(items, 1):
             pending.append(pool.submit(fn, item))
-            if n % THREAD_ITEMS == 0:
+            if n % (THREAD_ITEMS * workers) == 0:
                 pool.shutdown(wait=False)  # its threads end once their items are done
                 pool = ThreadPoolExecutor(workers)
             if len(pending) >= 2 * workers:

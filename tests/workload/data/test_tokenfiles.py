@@ -255,8 +255,8 @@ def test_the_corpus_stage_encodes_on_one_thread_per_usable_core(monkeypatch) -> 
 
 
 def test_new_threads_take_over_every_thread_items_and_the_order_holds(monkeypatch) -> None:
-    monkeypatch.setattr(gpt.data.tokenfiles, "THREAD_ITEMS", 4)
-    monkeypatch.setattr(gpt.data.tokenfiles, "usable_cores", lambda: 2)
+    monkeypatch.setattr(gpt.data.tokenfiles, "THREAD_ITEMS", 2)
+    monkeypatch.setattr(gpt.data.tokenfiles, "usable_cores", lambda: 2)  # 2 x 2 items a pool
 
     def work(i: int) -> tuple[int, str]:
         time.sleep(0.01 * (i % 3))  # items finish out of order
@@ -270,7 +270,7 @@ def test_new_threads_take_over_every_thread_items_and_the_order_holds(monkeypatc
 
 
 def test_a_failing_item_stops_the_rest(monkeypatch) -> None:
-    monkeypatch.setattr(gpt.data.tokenfiles, "THREAD_ITEMS", 4)
+    monkeypatch.setattr(gpt.data.tokenfiles, "THREAD_ITEMS", 2)
     started: list[int] = []
 
     def work(i: int) -> int:
