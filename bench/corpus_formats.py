@@ -1,8 +1,7 @@
 """Corpus files by format: load-corpus on the same text as plain `.txt`, as JSON Lines compressed
 with zstd (`.jsonl.zst`) and as Parquet (and, with --formats, JSON Lines compressed with gzip,
 bz2 or xz), its speed against the `.txt` and its peak memory; and the readers alone (no
-tokenizing), JSON Lines parsed with the standard json (load-corpus's) and, where it is
-installed, orjson.
+tokenizing), JSON Lines parsed with orjson (load-corpus's) and with the standard json.
 
 The text is the Shakespeare plays repeated, cut into FineWeb-like documents of ~4 KB at blank
 lines; the `.txt` is those documents joined by a blank line, which is the text every format
@@ -56,9 +55,9 @@ import sys, tempfile, time
 from pathlib import Path
 from gpt.data import records
 from gpt.data.sources import Download, read_source
-if sys.argv[2] == "orjson":
-    import orjson
-    records.loads = orjson.loads
+if sys.argv[2] == "json":
+    import json
+    records.loads = json.loads
 n = [0]
 def sink(data): n[0] += len(data)
 t0, c0 = time.perf_counter(), time.process_time()
@@ -178,14 +177,6 @@ def reader(path: Path, library: str) -> tuple[float, float, float]:
     return mb / float(seconds), mb / float(cpu_in), rss
 
 
-def has_orjson() -> bool:
-    try:
-        import orjson  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
 def run(quick: bool, size_mb: int = 250, rounds: int = 2,
         formats: tuple[str, ...] = FORMATS) -> Result:
     size = (20 if quick else size_mb) * 1_000_000
@@ -220,10 +211,9 @@ def run(quick: bool, size_mb: int = 250, rounds: int = 2,
                 print(f"bench: corpus_formats {fmt} round {r + 1}: {took:.1f} s, CPU {cpu:.1f} s, "
                       f"{rss[fmt]:.0f} MB (load average {loads[-1]})", flush=True)
         txt, txt_cpu = Stats(seconds["txt"]).median, Stats(cpus["txt"]).median
-        readers = {fmt: reader(paths[fmt], "json") for fmt in formats}
-        if has_orjson() and "jsonl.zst" in formats:  # the parser load-corpus does not use,
-            # measured again beside its own
-            readers["jsonl.zst (orjson)"] = reader(paths["jsonl.zst"], "orjson")
+        readers = {fmt: reader(paths[fmt], "orjson") for fmt in formats}
+        if "jsonl.zst" in formats:  # the parser load-corpus does not use, beside its own
+            readers["jsonl.zst (json)"] = reader(paths["jsonl.zst"], "json")
         for fmt in readers:
             mbps, cpu_mbps, peak = readers[fmt]
             row = {"format": fmt, "reader MB/s": round(mbps, 1),

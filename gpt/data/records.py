@@ -2,7 +2,8 @@
 document.
 
 A JSON Lines file is read in chunks and cut into lines (a line may be at most MAX_LINE bytes);
-each non-blank line must be a JSON object (the standard library's json parses it). A Parquet
+each non-blank line must be a JSON object (orjson parses it, the standard json where orjson
+refuses it). A Parquet
 file is read a row group at a time, only the text column (pyarrow). A record whose field is
 null, empty or only whitespace is skipped and counted; a missing field, a field that is not a
 string, a line that is not JSON, a Parquet file without the column are refused, one line naming
@@ -11,11 +12,16 @@ the file, the line and the reason.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import re
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import orjson
+
+from gpt.data.ahead import ahead
 from gpt.data.cleaning import SEPARATOR, clean
 from gpt.errors import InputError, first_line
 
@@ -46,10 +52,12 @@ class Records:
         self.skipped[why] = self.skipped.get(why, 0) + 1
 
 
-# The JSON parser: the standard library's. orjson read these records 1.2x faster (reader alone,
-# CPU time, bench/corpus_formats.py): 1-2% of the stage, not worth a dependency. The benchmark
-# swaps this to measure it again.
-loads: Callable[[bytes], object] = json.loads
+# The JSON parser: orjson, 2.2x the standard json's speed on these records (bench/
+# corpus_formats.py, which swaps it to measure again); where it refuses a line, the standard json
+# parses it again (`_record`).
+loads: Callable[[bytes], object] = orjson.loads
+_NO_TEXT = object()  # a blank line, or a record without the field
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def jsonl_texts(origin: str, chunks: Iterable[bytes], text_field: str) -> Iterator[str | None]:
@@ -65,10 +73,12 @@ def jsonl_texts(origin: str, chunks: Iterable[bytes], text_field: str) -> Iterat
                              f"than {MAX_LINE:,} bytes: not JSON Lines?")
         for line in lines:
             line_no += 1
-            yield from _field_of(origin, line, line_no, text_field, missing)
+            if (text := _field_of(origin, line, line_no, text_field, missing)) is not _NO_TEXT:
+                yield text  # type: ignore[misc]
     if carry:
         line_no += 1
-        yield from _field_of(origin, carry, line_no, text_field, missing)
+        if (text := _field_of(origin, carry, line_no, text_field, missing)) is not _NO_TEXT:
+            yield text  # type: ignore[misc]
     if missing.count:
         raise InputError(
             f"--source {origin!r}: {missing.count:,} record(s) without the field "
@@ -77,11 +87,12 @@ def jsonl_texts(origin: str, chunks: Iterable[bytes], text_field: str) -> Iterat
 
 
 def _field_of(origin: str, line: bytes, line_no: int, text_field: str,
-              missing: Missing) -> Iterator[str | None]:
+              missing: Missing) -> object:
+    """The field of the record on `line` (None where null), or _NO_TEXT."""
     if not line or line.isspace():
-        return
+        return _NO_TEXT
     try:
-        record = loads(line)
+        record = _record(line)
     except ValueError as e:  # JSONDecodeError, or UnicodeDecodeError for bytes not UTF-8
         if line_no == 1 and line.lstrip().startswith(b"["):
             raise InputError(f"--source {origin!r}: a JSON array, not JSON Lines (one object "
@@ -95,12 +106,40 @@ def _field_of(origin: str, line: bytes, line_no: int, text_field: str,
     if text_field not in record:
         missing.count += 1
         missing.first = missing.first or line_no
-        return
+        return _NO_TEXT
     value = record[text_field]
     if value is not None and not isinstance(value, str):
         raise InputError(f"--source {origin!r}: line {line_no}: field {text_field!r} is a JSON "
                          f"{_json_type(value)}, not a string")
-    yield value
+    return value
+
+
+def _record(line: bytes) -> object:
+    """The JSON value on `line`. Where orjson refuses it, the standard json takes what it reads
+    all the same: integers past 64 bits, and NaN as Python writes it, in fields other than the
+    text whatever they hold; the rest is refused with its words, or orjson's where it is no
+    error of syntax (nesting deeper than 1024, a lone surrogate \\ud800: no UTF-8 text
+    holds one)."""
+    try:
+        return loads(line)
+    except ValueError as fast:
+        try:
+            record = json.loads(line)  # raises where the line is not JSON
+        except RecursionError:
+            raise fast from None
+        if b"\\u" in line and _has_surrogate(record):
+            raise fast from None
+        return record
+
+
+def _has_surrogate(value: object) -> bool:
+    if isinstance(value, str):
+        return _SURROGATE.search(value) is not None
+    if isinstance(value, dict):
+        return any(_has_surrogate(k) or _has_surrogate(v) for k, v in value.items())
+    if isinstance(value, list):
+        return any(_has_surrogate(v) for v in value)
+    return False
 
 
 def _json_type(value: object) -> str:
@@ -132,11 +171,17 @@ def parquet_texts(origin: str, path: Path, text_field: str) -> Iterator[str | No
     if not (pa.types.is_string(kind) or pa.types.is_large_string(kind)
             or getattr(pa.types, "is_string_view", lambda t: False)(kind)):
         raise InputError(f"--source {origin!r}: column {text_field!r} is {kind}, not a string")
-    try:
+    def batches() -> Iterator[list[str | None]]:
         for group in range(pf.num_row_groups):
             for batch in pf.iter_batches(ROWS, row_groups=[group], columns=[text_field]):
                 # NumPy's object array of str: 1.5x to_pylist's speed (no Arrow scalars)
-                yield from batch.column(0).to_numpy(zero_copy_only=False).tolist()
+                yield batch.column(0).to_numpy(zero_copy_only=False).tolist()
+
+    try:
+        # decoded on a thread of its own while the batch before is cleaned
+        with contextlib.closing(ahead(batches(), depth=1)) as decoded:
+            for texts in decoded:
+                yield from texts
     except (pa.ArrowException, OSError) as e:
         raise InputError(f"--source {origin!r}: corrupt Parquet data: {first_line(e)}") from None
 

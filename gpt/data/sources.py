@@ -16,6 +16,7 @@ reason; the caller writes into a staging area, so a refusal leaves nothing behin
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import http.client
 import os
@@ -246,8 +247,9 @@ class Reader:
             if fmt.compression:  # Parquet needs to seek (its footer first): decompress to a file
                 path = self.decompressed(origin, path, fmt.compression)
             texts = parquet_texts(origin, path, self.text_field)
-        got = write_documents(origin, texts, self.write, self.written, self.left, self.progress,
-                              self.separator_at)
+        with contextlib.closing(texts):  # its reading thread stops here, even on an error
+            got = write_documents(origin, texts, self.write, self.written, self.left,
+                                  self.progress, self.separator_at)
         (self.scratch / "decompressed").unlink(missing_ok=True)  # one on disk at a time
         return Document(origin, size, sha256, got.kept_bytes, got.removed, str(fmt),
                         got.documents, got.skipped)

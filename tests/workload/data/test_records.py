@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import threading
 
 import numpy as np
 import pytest
@@ -19,7 +20,9 @@ from support.paths import FIXTURES, PROJECT
 
 from gpt.config.configs import CorpusConfig
 from gpt.data import records
+from gpt.data.sources import Download
 from gpt.data.tokenizer import load_tokenizer
+from gpt.errors import InputError
 from gpt.load_corpus import main as load_corpus
 
 GUTENBERG = (FIXTURES / "gutenberg_sample.txt").read_text()
@@ -61,11 +64,25 @@ def test_blank_lines_and_crlf_line_ends_are_json_lines_still(tmp_path):
     (b'["a", "b"]\n', "line 1 is a JSON array, not an object (JSON Lines: one object a line)"),
     (b'[\n {"text": "a"}\n]\n', "a JSON array, not JSON Lines (one object a line)"),
     (b'{"text": "\xff"}\n', "invalid JSON on line 1"),
+    (b'{"text": "a"}\n{"text": "lone \\ud800 surrogate"}\n', "invalid JSON on line 2"),
+    (b'{"text": "a", "tree": ' + b"[" * 1100 + b"]" * 1100 + b"}\n",
+     "invalid JSON on line 1: depth limit exceeded"),
 ])  # fmt: skip
 def test_a_malformed_json_lines_file_is_refused_naming_the_line(lines, says, tmp_path):
     (tmp_path / "bad.jsonl").write_bytes(lines)
     message = refusal(tmp_path / "bad.jsonl")
     assert message.startswith(f"--source {str(tmp_path / 'bad.jsonl')!r}: ") and says in message
+
+
+def test_json_the_fast_parser_refuses_is_read_by_the_standard_one(tmp_path):
+    # orjson refuses integers past 64 bits and NaN, which the standard json reads
+    (tmp_path / "r.jsonl").write_bytes(
+        b'{"id": 123456789012345678901234567890, "text": "big id"}\n'
+        b'{"score": NaN, "text": "not a number"}\n'
+        b'{"note": "\\ud83d\\ude00", "text": "a pair is a character: \\ud83d\\ude00"}\n')
+    text, (doc,) = read(tmp_path / "r.jsonl")
+    assert text.split("\n\n") == ["big id", "not a number", "a pair is a character: \U0001f600"]
+    assert doc.documents == 3
 
 
 def test_a_line_longer_than_the_limit_is_refused_not_held(tmp_path, monkeypatch):
@@ -86,6 +103,19 @@ def test_a_corrupt_parquet_file_is_refused(tmp_path):
     data[len(data) - 12 : len(data) - 8] = b"\xff\xff\xff\x7f"  # the footer's length
     (tmp_path / "p.parquet").write_bytes(bytes(data))
     assert "not a readable Parquet file" in refusal(tmp_path / "p.parquet")
+
+
+def test_a_refusal_midway_through_parquet_stops_its_reading_thread(tmp_path):
+    # 2 MB of text in a file of 200 KB
+    (tmp_path / "p.parquet").write_bytes(parquet([f"{i} " + "x" * 1000 for i in range(2000)],
+                                                 row_group_size=100))
+    try:
+        read(tmp_path / "p.parquet", dl=Download(max_bytes=500_000))
+    except InputError as e:  # checked while the error (and its frames) is held
+        assert "more than --max_bytes 500000 bytes of text" in str(e)
+        assert not [t for t in threading.enumerate() if t.name == "read-ahead"]
+    else:
+        pytest.fail("read past --max_bytes")
 
 
 @pytest.mark.parametrize("content", [jsonl([None, "", " "]), b"", b"\n\n"])
