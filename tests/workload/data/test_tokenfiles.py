@@ -194,6 +194,22 @@ def test_documents_are_encoded_apart_with_end_of_text_between_them(
     assert out.nbytes == (len(text[:cut].encode()), len(text[cut:].encode()))
 
 
+@pytest.mark.parametrize("docs", [
+    # one call encodes a chunk's documents joined by end-of-text: text that spells part of it
+    # at a document's edge stays text
+    ["ends <|endoftext|", "> starts", "<|endoftext", "|>", "plain"],
+    # a chunk with "<|endoftext|>" spelt inside a document is encoded a document at a time
+    ["plain", "holds <|endoftext|> as text", "<|endoftext|>", "tail"],
+], ids=["at-edges", "inside"])  # fmt: skip
+def test_end_of_text_spelt_in_a_document_is_text(docs: list[str], tmp_path: Path) -> None:
+    path, breaks = joined(docs, tmp_path)
+    text = path.read_bytes().decode()
+    tokenize_file("gpt2", path, len(text), compact=False, max_vocab=0, out=tmp_path,
+                  breaks=breaks)  # fmt: skip
+    enc = gpt2_encoding()
+    assert ids_of(tmp_path)[0] == ids_between(docs, enc.encode_ordinary, enc.eot_token)
+
+
 @pytest.mark.parametrize("sampled", [False, True], ids=["exact", "sampled"])
 @pytest.mark.parametrize("max_vocab", [0, 300])
 def test_compacted_documents_hold_the_compact_end_of_text(
