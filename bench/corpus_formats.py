@@ -11,7 +11,8 @@ written in row groups of ROW_GROUP rows (~32 MB of text each: pyarrow decodes a 
 column at once, so the stage's memory grows with the row group, not with the file). Each stage
 runs as a child process (as in bench/corpus_speed.py: wall seconds, ru_maxrss, and here its CPU
 seconds too, the steadier measure where other work shares the machine), in rounds (every format
-once a round), each format's median over the rounds compared with the `.txt`'s. The load
+once a round, each round starting with the next format), each format's median over the rounds
+compared with the `.txt`'s. The load
 average is recorded before every run (other work on the machine slows every format alike
 within a round).
 
@@ -203,7 +204,9 @@ def run(quick: bool, size_mb: int = 250, rounds: int = 2,
         rss: dict[str, float] = {}
         sha: dict[str, str] = {}
         for r in range(rounds):
-            for fmt in formats:
+            # each round starts one format later: the machine's drift within a round (tens of
+            # percent in minutes here) falls on every format alike over the rounds
+            for fmt in formats[r % len(formats):] + formats[: r % len(formats)]:
                 loads.append(round(os.getloadavg()[0], 2))
                 took, cpu, rss[fmt], sha[fmt] = stage(paths[fmt], folder / "root", f"{fmt}-{r}")
                 seconds[fmt].append(took)
