@@ -19,8 +19,6 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import orjson
-
 from gpt.data.ahead import ahead
 from gpt.data.cleaning import SEPARATOR, clean
 from gpt.errors import InputError, first_line
@@ -52,10 +50,11 @@ class Records:
         self.skipped[why] = self.skipped.get(why, 0) + 1
 
 
-# The JSON parser: orjson, 2.2x the standard json's speed on these records (bench/
-# corpus_formats.py, which swaps it to measure again); where it refuses a line, the standard json
-# parses it again (`_record`).
-loads: Callable[[bytes], object] = orjson.loads
+# The JSON parser; None: orjson's, 2.2x the standard json's speed on these records (bench/
+# corpus_formats.py sets this to measure the standard json again). Imported when a file is read,
+# as pyarrow and zstandard are: the component image loads this module (the configs' defaults)
+# and has none of them. Where orjson refuses a line, the standard json parses it (`_record`).
+loads: Callable[[bytes], object] | None = None
 _NO_TEXT = object()  # a blank line, or a record without the field
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
@@ -64,20 +63,15 @@ def jsonl_texts(origin: str, chunks: Iterable[bytes], text_field: str) -> Iterat
     """The field `text_field` of every record of a JSON Lines stream (None where it is null);
     refuses a line that is no JSON object, a field that is not a string, and (once the whole
     file is read, to say how many) records without the field."""
-    missing, line_no, carry = Missing(), 0, b""
-    for chunk in chunks:
-        lines = (carry + chunk if carry else chunk).split(b"\n")
-        carry = lines.pop()
-        if len(carry) > MAX_LINE:
-            raise InputError(f"--source {origin!r}: line {line_no + len(lines) + 1} is longer "
-                             f"than {MAX_LINE:,} bytes: not JSON Lines?")
-        for line in lines:
-            line_no += 1
-            if (text := _field_of(origin, line, line_no, text_field, missing)) is not _NO_TEXT:
-                yield text  # type: ignore[misc]
-    if carry:
-        line_no += 1
-        if (text := _field_of(origin, carry, line_no, text_field, missing)) is not _NO_TEXT:
+    if loads is None:
+        import orjson
+
+        parse = orjson.loads
+    else:
+        parse = loads
+    missing = Missing()
+    for line_no, line in enumerate(_lines(origin, chunks), 1):
+        if (text := _field_of(origin, line, line_no, text_field, missing, parse)) is not _NO_TEXT:
             yield text  # type: ignore[misc]
     if missing.count:
         raise InputError(
@@ -86,13 +80,28 @@ def jsonl_texts(origin: str, chunks: Iterable[bytes], text_field: str) -> Iterat
         )
 
 
-def _field_of(origin: str, line: bytes, line_no: int, text_field: str,
-              missing: Missing) -> object:
+def _lines(origin: str, chunks: Iterable[bytes]) -> Iterator[bytes]:
+    """The lines of a stream given in chunks (without their newlines), none above MAX_LINE."""
+    count, carry = 0, b""
+    for chunk in chunks:
+        lines = (carry + chunk if carry else chunk).split(b"\n")
+        carry = lines.pop()
+        count += len(lines)
+        if len(carry) > MAX_LINE:
+            raise InputError(f"--source {origin!r}: line {count + 1} is longer than "
+                             f"{MAX_LINE:,} bytes: not JSON Lines?")
+        yield from lines
+    if carry:
+        yield carry
+
+
+def _field_of(origin: str, line: bytes, line_no: int, text_field: str, missing: Missing,
+              parse: Callable[[bytes], object]) -> object:
     """The field of the record on `line` (None where null), or _NO_TEXT."""
     if not line or line.isspace():
         return _NO_TEXT
     try:
-        record = _record(line)
+        record = _record(line, parse)
     except ValueError as e:  # JSONDecodeError, or UnicodeDecodeError for bytes not UTF-8
         if line_no == 1 and line.lstrip().startswith(b"["):
             raise InputError(f"--source {origin!r}: a JSON array, not JSON Lines (one object "
@@ -114,14 +123,14 @@ def _field_of(origin: str, line: bytes, line_no: int, text_field: str,
     return value
 
 
-def _record(line: bytes) -> object:
+def _record(line: bytes, parse: Callable[[bytes], object]) -> object:
     """The JSON value on `line`. Where orjson refuses it, the standard json takes what it reads
     all the same: integers past 64 bits, and NaN as Python writes it, in fields other than the
     text whatever they hold; the rest is refused with its words, or orjson's where it is no
     error of syntax (nesting deeper than 1024, a lone surrogate \\ud800: no UTF-8 text
     holds one)."""
     try:
-        return loads(line)
+        return parse(line)
     except ValueError as fast:
         try:
             record = json.loads(line)  # raises where the line is not JSON
