@@ -12,9 +12,8 @@ column at once, so the stage's memory grows with the row group, not with the fil
 runs as a child process (as in bench/corpus_speed.py: wall seconds, ru_maxrss, and here its CPU
 seconds too, the steadier measure where other work shares the machine), in rounds (every format
 once a round, each round starting with the next format), each format's median over the rounds
-compared with the `.txt`'s. The load
-average is recorded before every run (other work on the machine slows every format alike
-within a round).
+compared with the `.txt`'s. The load average is recorded before every run (other work on the
+machine slows every format alike within a round).
 
 `python -m bench.corpus_formats --size 250` (MB; the default); `--formats
 txt,jsonl.gz,jsonl.bz2,jsonl.xz`; `make bench BENCH=corpus_formats`.

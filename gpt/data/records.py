@@ -3,11 +3,10 @@ document.
 
 A JSON Lines file is read in chunks and cut into lines (a line may be at most MAX_LINE bytes);
 each non-blank line must be a JSON object (orjson parses it, the standard json where orjson
-refuses it). A Parquet
-file is read a row group at a time, only the text column (pyarrow). A record whose field is
-null, empty or only whitespace is skipped and counted; a missing field, a field that is not a
-string, a line that is not JSON, a Parquet file without the column are refused, one line naming
-the file, the line and the reason.
+refuses it). A Parquet file is read a row group at a time, only the text column (pyarrow). A
+record whose field is null, empty or only whitespace is skipped and counted; a missing field, a
+field that is not a string, a line that is not JSON, a Parquet file without the column are
+refused, one line naming the file, the line and the reason.
 """
 
 from __future__ import annotations
@@ -180,6 +179,7 @@ def parquet_texts(origin: str, path: Path, text_field: str) -> Iterator[str | No
     if not (pa.types.is_string(kind) or pa.types.is_large_string(kind)
             or getattr(pa.types, "is_string_view", lambda t: False)(kind)):
         raise InputError(f"--source {origin!r}: column {text_field!r} is {kind}, not a string")
+
     def batches() -> Iterator[list[str | None]]:
         for group in range(pf.num_row_groups):
             for batch in pf.iter_batches(ROWS, row_groups=[group], columns=[text_field]):

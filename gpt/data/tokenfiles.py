@@ -396,7 +396,7 @@ def _encoded(
 
     def encode(chunk: Chunk) -> tuple[int, int, np.ndarray]:
         parts = chunk.parts
-        joined = ENDOFTEXT.join(parts) if len(parts) > 1 else parts[0]
+        joined = ENDOFTEXT.join(parts)  # one part: that part itself
         if joined.count(ENDOFTEXT) == len(parts) - 1:
             ids = enc.encode_to_numpy(joined, allowed_special=eot_only, disallowed_special=())
         else:
