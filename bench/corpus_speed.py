@@ -38,7 +38,7 @@ PROJECT = Path(__file__).resolve().parent.parent
 # The raw tokenizer, alone: read the file in pieces, encode on every core, report the seconds.
 RAW = """
 import os, sys, time
-from gpt.data.tokenizer import gpt2_encoding
+from gpt.tokenizer.ranks import gpt2_encoding
 enc, spent = gpt2_encoding(), 0.0
 with open(sys.argv[1], encoding="utf-8", newline="") as f:
     rest = ""

@@ -21,11 +21,11 @@ import torch
 
 from bench.harness import Result, Stats, default_corpus, fmt_stats, threads
 from gpt.config.configs import TrainConfig
-from gpt.data.tokenizer import load_tokenizer
 from gpt.generation.sampling import Speed, measure_speed
 from gpt.models.export import save_export
 from gpt.models.model import GPT
 from gpt.rundir.layout import DataMeta
+from gpt.tokenizer.kinds import load_tokenizer
 from gpt.training.resume_rule import resolve_unset
 
 NEW_TOKENS = 256

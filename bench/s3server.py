@@ -1,5 +1,5 @@
 """A real S3 server on this machine: moto's standalone server (what s3fs's own tests run against)
-on a free loopback port, for tests/workload/data/test_objectstore.py and bench/corpus_speed.py.
+on a free loopback port, for tests/workload/fetch/test_objectstore.py and bench/corpus_speed.py.
 
 It enforces authentication and IAM policies (moto's INITIAL_NO_AUTH_ACTION_COUNT): the first
 requests create an IAM user with S3 rights and its access key, and one with a key but no rights;

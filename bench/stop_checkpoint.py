@@ -2,11 +2,11 @@
 GPT-2 124M, on this machine's CPU and disk.
 
 A deletion (a drain, a preemption, KFP's Terminate) gives train-gpt the pod's grace period: the
-end of the step it is in, then `checkpoint.save` (weights, AdamW's two moments, RNG states, all
-fsynced), must fit in it (runtimes/gpt-train-gpt.yaml: terminationGracePeriodSeconds 120,
-torchrun's shutdown timeout 100 s). This times `checkpoint.save` itself, after one optimizer
-step so the optimizer state is full size. A PVC's write bandwidth differs from this disk's: the
-MB/s column says what to compare with.
+end of the step it is in, then `checkpoint_files.save` (weights, AdamW's two moments, RNG states,
+all fsynced), must fit in it (runtimes/gpt-train-gpt.yaml: terminationGracePeriodSeconds 120,
+torchrun's shutdown timeout 100 s). This times `checkpoint_files.save` itself, after one
+optimizer step so the optimizer state is full size. A PVC's write bandwidth differs from this
+disk's: the MB/s column says what to compare with.
 """
 
 from __future__ import annotations
@@ -44,19 +44,19 @@ def _trained(config: GPTConfig):
 
 
 def _save_seconds(config: GPTConfig, repeats: int) -> tuple[Stats, int, int]:
-    """Seconds per `checkpoint.save` of a model of `config`, its bytes and parameters."""
+    """Seconds per `checkpoint_files.save` of a model of `config`, its bytes and parameters."""
     from gpt.rundir.layout import RunDir
-    from gpt.training import checkpoint
+    from gpt.training import checkpoint_files
 
     model, optimizer = _trained(config)
-    state = checkpoint.CheckpointState(checkpoint.TrainState(), config, ema_decay=0.0, data={},
-                                       config={}, world_size=1)
+    state = checkpoint_files.CheckpointState(checkpoint_files.TrainState(), config,
+                                             ema_decay=0.0, data={}, config={}, world_size=1)
     with tempfile.TemporaryDirectory() as root:
         rundir = RunDir.of(root, "bench")
         steps = iter(range(1, 1000))
 
         def save() -> None:
-            checkpoint.save(rundir, next(steps), model, optimizer, state, [], keep_last=1)
+            checkpoint_files.save(rundir, next(steps), model, optimizer, state, [], keep_last=1)
 
         seconds = repeat(lambda: timed(save), warmup=1, repeats=repeats)
         size = sum(f.stat().st_size for f in rundir.ckpt_dir.rglob("*") if f.is_file())

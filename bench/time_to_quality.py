@@ -60,14 +60,14 @@ import torch
 from bench import texts, vs_nanogpt
 from bench.harness import SHARED, Result
 from gpt.config.configs import CorpusConfig, GPTConfig, TrainConfig
-from gpt.data.batches import eval_batches, eval_offsets
-from gpt.data.tokenizer import load_tokenizer
 from gpt.models.export import load_unpadded
 from gpt.models.model import GPT
 from gpt.models.spelling import spelling_of
 from gpt.rundir.layout import DataMeta, RunDir
 from gpt.stages import to_args
-from gpt.training import checkpoint
+from gpt.tokenizer.kinds import load_tokenizer
+from gpt.training import checkpoint_files
+from gpt.training.batches import eval_batches, eval_offsets
 
 REPO = Path(__file__).resolve().parents[1]
 # Each corpus's --source, found when a case needs it (the German text is fetched on first use).
@@ -162,7 +162,7 @@ def our_model(ckpt: Path) -> GPT:
     config = GPTConfig(**state["model"])
     tokenizer = load_tokenizer(RunDir.of(ckpt.parents[2], ckpt.parents[1].name).tokenizer_json)
     model = GPT(config, spelling_of(tokenizer, config.spelling))
-    safetensors.torch.load_model(model, str(checkpoint.evaluated_weights(ckpt)))
+    safetensors.torch.load_model(model, str(checkpoint_files.evaluated_weights(ckpt)))
     return model
 
 

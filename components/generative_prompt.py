@@ -4,11 +4,11 @@ from kfp import dsl
 from kfp.dsl import Markdown, Output
 
 from components.step.image_names import component_image
-from components.step.knobs import documented
+from components.step.parameter_docs import documented
 
 
 @dsl.component(base_image=component_image(), install_kfp_package=False)
-# @documented (components/step/knobs.py) appends to __doc__'s Args: one line per parameter
+# @documented (components/step/parameter_docs.py) appends to __doc__'s Args: one line per parameter
 # it does not describe, its knob's field docstring; @dsl.component then reads the texts.
 @documented("generative-prompt")
 def generative_prompt(
@@ -34,7 +34,7 @@ def generative_prompt(
     With no `prompt`, the TrainJob's pod waits for a person: this step's log prints the exact
     `kubectl -n <namespace> attach -it <pod> -c node` command. With prompts: answers, then ends.
     Every parameter but the output is a knob: its text is its field's docstring
-    (components/step/knobs.py).
+    (components/step/parameter_docs.py).
 
     Args:
         transcript: prompt/transcript.jsonl as Markdown, one section per reply.

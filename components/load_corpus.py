@@ -4,11 +4,11 @@ from kfp import dsl
 from kfp.dsl import Metrics, Output
 
 from components.step.image_names import component_image
-from components.step.knobs import documented
+from components.step.parameter_docs import documented
 
 
 @dsl.component(base_image=component_image(), install_kfp_package=False)
-# @documented (components/step/knobs.py) appends to __doc__'s Args: one line per parameter
+# @documented (components/step/parameter_docs.py) appends to __doc__'s Args: one line per parameter
 # it does not describe, its knob's field docstring; @dsl.component then reads the texts.
 @documented("load-corpus")
 def load_corpus(
@@ -34,7 +34,7 @@ def load_corpus(
     """Run `python -m gpt load-corpus` (in a TrainJob on runtime gpt-load-corpus, or locally).
 
     Every parameter but the output is a knob: its text is its field's docstring
-    (components/step/knobs.py).
+    (components/step/parameter_docs.py).
 
     Args:
         corpus_stats: The corpus's size in bytes and tokens, its vocabulary, its splits.

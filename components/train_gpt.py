@@ -4,13 +4,13 @@ from kfp import dsl
 from kfp.dsl import HTML, Metrics, Output
 
 from components.step.image_names import component_image
-from components.step.knobs import documented
+from components.step.parameter_docs import documented
 
 
 # Over 50 lines for its signature alone: KFP reads a component's parameters from it, one
-# line per knob (tests/kfp_components/step/test_knobs.py holds them to the knobs' fields).
+# line per knob (tests/kfp_components/step/test_parameter_docs.py holds them to the knobs' fields).
 @dsl.component(base_image=component_image(), install_kfp_package=False)
-# @documented (components/step/knobs.py) appends to __doc__'s Args: one line per parameter
+# @documented (components/step/parameter_docs.py) appends to __doc__'s Args: one line per parameter
 # it does not describe, its knob's field docstring; @dsl.component then reads the texts.
 @documented("train-gpt")
 def train_gpt(
@@ -48,7 +48,7 @@ def train_gpt(
     """Run `torchrun -m gpt -- train-gpt` (in a TrainJob on runtime gpt-train-gpt, or locally).
 
     Every parameter but the outputs is a knob: its text is its field's docstring
-    (components/step/knobs.py), and -1 leaves a flag unset.
+    (components/step/parameter_docs.py), and -1 leaves a flag unset.
 
     Args:
         metrics: The run's final and best losses, tokens/s, steps; for a fine-tuned run, what it

@@ -5,7 +5,8 @@ parameter handed to each; the steps must agree on its type and default (checked 
 pipeline is defined). A knob each step has with its own default (`timeout`) is renamed per step
 (`train_timeout`); a step's parameter that the pipeline wires itself (train-gpt's `run`, from
 load-corpus's output) is no pipeline parameter. KFP calls the pipeline function with its
-parameters in signature order; `with_step_parameters` hands them to the body as one `Knobs`.
+parameters in signature order; `with_step_parameters` hands them to the body as one
+`PipelineParameters`.
 """
 
 from __future__ import annotations
@@ -16,10 +17,10 @@ from typing import Any
 
 from kfp.dsl.base_component import BaseComponent
 
-from components.step.knobs import args_entry
+from components.step.parameter_docs import args_entry
 
 
-class Knobs(dict):
+class PipelineParameters(dict):
     """The pipeline's parameters (KFP's channels while it compiles), by name."""
 
     def __init__(self, values: Mapping[str, Any], names: Mapping[str, Mapping[str, str]]):
@@ -45,22 +46,24 @@ def with_step_parameters(
     wired: Mapping[str, set[str]],
     renamed: Mapping[str, Mapping[str, str]],
     defaults: Mapping[str, Any],
-) -> Callable[[Callable[[Knobs], Any]], Callable[..., Any]]:
+) -> Callable[[Callable[[PipelineParameters], Any]], Callable[..., Any]]:
     """Make `body(knobs)` a pipeline function whose parameters are the `steps`' parameters:
     all but those `wired` (by step name), each under its `renamed` name (by step name), with the
     pipeline's own `defaults` where it chooses otherwise."""
     params, docs, names = _collect(steps, wired, renamed, defaults)
 
-    def decorate(body: Callable[[Knobs], Any]) -> Callable[..., Any]:
+    def decorate(body: Callable[[PipelineParameters], Any]) -> Callable[..., Any]:
         order = list(params)
 
         def pipeline(*args: Any, **kwargs: Any) -> Any:
-            return body(Knobs({**dict(zip(order, args, strict=False)), **kwargs}, names))
+            given = {**dict(zip(order, args, strict=False)), **kwargs}
+            return body(PipelineParameters(given, names))
 
         # What KFP compiles the pipeline's inputs from: every step's parameters but the wired
         # ones, keyword-only, in step order, each once, renamed and with the pipeline's defaults
         # (load-corpus's `run`, `source`, ..., `start_timeout`; then those train-gpt adds,
-        # `n_layer`, ..., `train_timeout`; then generative-prompt's); `body` gets one Knobs.
+        # `n_layer`, ..., `train_timeout`; then generative-prompt's); `body` gets one
+        # PipelineParameters.
         pipeline.__signature__ = inspect.Signature(list(params.values()))  # type: ignore[attr-defined]
         pipeline.__name__ = body.__name__
         pipeline.__qualname__ = body.__qualname__

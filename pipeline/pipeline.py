@@ -17,7 +17,7 @@ from kfp.dsl.base_component import BaseComponent
 from components.step.context import NAMESPACE_ENV, RUN_ID_ENV, RUN_ID_LABEL
 from components.step.image_names import workload_image
 from gpt.stages import STAGES, Stage
-from pipeline.parameters import Knobs, with_step_parameters
+from pipeline.parameters import PipelineParameters, with_step_parameters
 
 NAME = "gpt-trainjobs"
 
@@ -55,14 +55,14 @@ def wired(step: BaseComponent) -> set[str]:
     # override it, e.g. with a CUDA build
     defaults={"workload_image": workload_image()},
 )
-def gpt_trainjobs_pipeline(knobs: Knobs):
+def gpt_trainjobs_pipeline(parameters: PipelineParameters):
     """The stage table's steps in its order, each taking the run from the step before."""
     before = None  # the step before: its output is the run directory's name
     for step in STEPS:
         if before is None:
-            task = step(**knobs.of(step), kfp_run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER)
+            task = step(**parameters.of(step), kfp_run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER)
         else:
-            task = step(**knobs.of(step), run=before.outputs["Output"])
+            task = step(**parameters.of(step), run=before.outputs["Output"])
         # Every step creates a TrainJob and writes the PVC: a cached step would skip both.
         task.set_caching_options(False)
         # The step's own namespace, and its run id where a KFP backend before 2.5 leaves

@@ -24,13 +24,13 @@ ORDER = {"pipeline": 0, "components": 1, "gpt": 2}
 # placed here.
 GPT_LAYERS = [
     {"__main__", *(s.name.replace("-", "_") for s in STAGES.values())},  # the command, the stages
-    {"training", "generation"},
-    {"models"},
+    {"training", "generation", "data"},  # each stage's work: train-gpt's, generative-prompt's,
+    {"models"},                          # load-corpus's (the corpus path)
     {"stages"},
     {"config"},
-    {"data", "distributed"},
+    {"fetch", "tokenizer", "distributed"},
     {"rundir"},
-    {"errors", "cores"},
+    {"errors", "cores", "progress"},
 ]
 
 
@@ -125,6 +125,24 @@ def test_gpt_rooms_import_downwards_only():
             assert same_room or there > here, (
                 f"{name} imports {dep}: gpt.{dep.split('.')[1]} is not below "
                 f"gpt.{name.split('.')[1]} (GPT_LAYERS)")
+
+
+def test_the_configs_and_the_model_stay_off_the_stages_work():
+    """The configs import nothing of a stage's work (the component image reads them, and a
+    config must not load the corpus path or PyTorch); the model imports nothing of the corpus
+    path, nor the corpus path anything of training: GPT_LAYERS says so, and this holds it
+    whatever GPT_LAYERS becomes."""
+    g = graph()
+    rooms = {name: {dep.split(".")[1] for dep in deps if dep.startswith("gpt.")}
+             for name, deps in g.items() if name.startswith("gpt.")}
+    for name, deps in rooms.items():
+        room = name.split(".")[1]
+        if room == "config":
+            assert not deps & {"data", "models", "training", "generation"}, (name, deps)
+        if room == "models":
+            assert "data" not in deps, (name, deps)
+        if room == "data":
+            assert not deps & {"models", "training", "generation"}, (name, deps)
 
 
 def test_each_stage_is_one_row_with_its_names_derived():

@@ -1,8 +1,9 @@
 """One way to run a stage, whatever the backend: validation, then dispatch.
 
 A component hands `run_step` its stage's name (gpt/stages.py's table) and its parameters, every
-one a knob (components/step/knobs.py): a flag of the stage under its CLI name (the component
-parameter `n_layer` is the flag `--n_layer`), a field of `Placement` or of `StepKnobs` below.
+one a knob (components/step/parameter_docs.py): a flag of the stage under its CLI name (the
+component parameter `n_layer` is the flag `--n_layer`), a field of `Placement` or of `StepKnobs`
+below.
 `run_stage` takes them sorted, and gives back the run-directory files the component turns into
 KFP artifacts. With backend "trainjob" the stage runs in a Kubeflow Trainer TrainJob
 (components/trainjob/launcher.py), with "local" as a process on this machine

@@ -34,8 +34,8 @@ from components.trainjob.podlogs import PodLogs, PodRef, from_environment, node0
 from components.trainjob.stagelog import LOG_TAIL_LINES, tail
 from components.trainjob.warning_events import Events
 from components.trainjob.warning_events import from_environment as events_from_environment
-from gpt.data.objectstore import ENV_OPTIONAL, ENV_REQUIRED
 from gpt.errors import first_line
+from gpt.fetch.objectstore import ENV_OPTIONAL, ENV_REQUIRED
 
 GROUP = "trainer.kubeflow.org"
 VERSION = "v1alpha1"
@@ -116,7 +116,7 @@ class TrainJobSpec:
     env: dict[str, str] = field(default_factory=dict)
     storage_secret: str = ""
     """A Secret in the TrainJob's namespace whose object-store and Hub keys
-    (gpt/data/objectstore.py's ENV_REQUIRED, ENV_OPTIONAL) become the container's variables of
+    (gpt/fetch/objectstore.py's ENV_REQUIRED, ENV_OPTIONAL) become the container's variables of
     the same names, by reference: no value enters the TrainJob. Empty: none."""
     placement: Placement = Placement()
     """Nodes, processes per node, GPUs, and the deadline `launch` keeps."""

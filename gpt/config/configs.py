@@ -16,10 +16,14 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from gpt.data.model_source import parse as parse_init_from
-from gpt.data.objectstore import check_uri
-from gpt.data.sources import DEFAULT_SOURCE, MAX_BYTES
+from gpt.fetch.model_source import parse as parse_init_from
+from gpt.fetch.objectstore import check_uri
 from gpt.rundir.layout import RunDir, check_run_id
+
+# --source's name for the embedded corpus (gpt/assets/comedy_of_errors.txt), which needs no
+# network, and --max_bytes's default (CorpusConfig.max_bytes says why).
+DEFAULT_SOURCE = "default"
+MAX_BYTES = 10_000_000_000
 
 
 @dataclass

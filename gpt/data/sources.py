@@ -8,7 +8,7 @@ are, or a Hugging Face dataset, `hf://datasets/ORG/NAME[@REVISION][/PATH]` (a fi
 a glob of the repository). A corpus file is plain text, JSON Lines or Parquet, optionally
 compressed (gpt/data/formats.py): a text file is one document; a file of records gives one
 document per record's `--text_field` (gpt/data/records.py). Documents are streamed, never held
-whole: a URL or an object is downloaded to a file first (gpt/data/objectstore.py), so both
+whole: a URL or an object is downloaded to a file first (gpt/fetch/objectstore.py), so both
 cleaning passes read the same bytes; a file is read in chunks (twice: gpt/data/cleaning.py),
 each document is cleaned on its own. Every refusal is an `InputError` naming the source and the
 reason; the caller writes into a staging area, so a refusal leaves nothing behind.
@@ -31,19 +31,18 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from gpt.config.configs import DEFAULT_SOURCE, MAX_BYTES
 from gpt.data import formats
 from gpt.data.cleaning import SEPARATOR, emit, scan
 from gpt.data.formats import Format, check_magic, format_of, format_or_text
-from gpt.data.objectstore import Patience, Store, is_prefix, scheme_of
-from gpt.data.progress import Progress
 from gpt.data.records import jsonl_texts, parquet_texts, write_documents
 from gpt.errors import InputError
+from gpt.fetch.objectstore import Patience, Store, is_prefix, scheme_of
+from gpt.progress import Progress
 from gpt.rundir.atomic import writing
 
-DEFAULT_SOURCE = "default"
 EMBEDDED_ASSET = "comedy_of_errors.txt"
 USER_AGENT = "gpt-trainjobs/0.1 (load-corpus)"
-MAX_BYTES = 10_000_000_000  # --max_bytes's default (gpt/config/configs.py says why)
 CHUNK = 1 << 20  # bytes read (or downloaded) at a time: memory per document stays this
 
 # Anything spelled like `scheme://...` is a URL (and only http/https are fetched).
@@ -292,7 +291,7 @@ def read_objects(source: str, kind: str, dl: Download, reader: Reader) -> list[D
     if kind == "object":
         objects = [(source, store.size())]
     else:
-        objects = store.data_files(CORPUS_FILES)
+        objects = store.data_files(format_of, CORPUS_FILES)
     total = sum(size for _, size in objects)
     if total > dl.max_bytes:
         raise InputError(f"--source {source!r}: {total} bytes exceeds --max_bytes {dl.max_bytes}")

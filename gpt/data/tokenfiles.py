@@ -38,16 +38,11 @@ import tiktoken
 
 from gpt.cores import usable_cores
 from gpt.data.cleaning import SEPARATOR
-from gpt.data.tokenizer import (
-    ENDOFTEXT,
-    CharTokenizer,
-    GPT2Tokenizer,
-    Tokenizer,
-    gpt2_encoding,
-    piece_cuts,
-)
 from gpt.errors import InputError
 from gpt.rundir.layout import dtype_for
+from gpt.tokenizer.compaction import piece_cuts
+from gpt.tokenizer.kinds import CharTokenizer, GPT2Tokenizer, Tokenizer
+from gpt.tokenizer.ranks import ENDOFTEXT, gpt2_encoding
 
 CHUNK_CHARS = 1 << 20  # characters tokenized at a time (per core)
 # A chunk with no safe cut this long is tokenized whole (only text without newlines or spaces

@@ -23,10 +23,10 @@ from pathlib import Path
 from typing import TextIO
 
 from gpt.config.configs import SamplingConfig
-from gpt.data.tokenizer import Tokenizer
 from gpt.generation.sampling import generate, new_generator
 from gpt.models.model import GPT
 from gpt.rundir import atomic
+from gpt.tokenizer.kinds import Tokenizer
 
 PROMPT = "GPT prompt > "
 REPLY = "GPT replying > "

@@ -30,11 +30,13 @@ import safetensors.torch
 import torch
 import torch.nn.functional as F
 
-from gpt.data.tokenizer import ENDOFTEXT, Tokenizer, tokenizer_from_hf
 from gpt.errors import InputError, first_line
 from gpt.models import hf
 from gpt.models.model import GPT
 from gpt.rundir import atomic
+from gpt.tokenizer.huggingface import hf_tokenizer, tokenizer_from_hf
+from gpt.tokenizer.kinds import Tokenizer
+from gpt.tokenizer.ranks import ENDOFTEXT
 
 WEIGHTS, CONFIG, TOKENIZER = "model.safetensors", "config.json", "tokenizer.json"
 GENERATION, TOKENIZER_CONFIG = "generation_config.json", "tokenizer_config.json"
@@ -69,7 +71,7 @@ def save_export(model: GPT, tokenizer: Tokenizer, dest: Path, finetuned_from: st
         safetensors.torch.save_file(tensors, str(stage / WEIGHTS), metadata={"format": "pt"})
         for name, content in files.items():
             (stage / name).write_text(json.dumps(content, indent=2, sort_keys=True) + "\n")
-        tokenizer.to_hf().save(str(stage / TOKENIZER))
+        hf_tokenizer(tokenizer).save(str(stage / TOKENIZER))
 
 
 def tokenizer_config(tokenizer: Tokenizer, block_size: int) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""A pretrained model's folder (--init_from, fetched by gpt/data/model_source.py) as our GPT's
+"""A pretrained model's folder (--init_from, fetched by gpt/fetch/model_source.py) as our GPT's
 starting weights.
 
 The folder is a transformers GPT-2 or GPT-NeoX directory (`config.json`, safetensors weights,
@@ -24,12 +24,12 @@ import safetensors.torch
 import torch
 
 from gpt.config.configs import DEFAULT_SHAPE, GPTConfig, ModelConfig
-from gpt.data.model_source import FLAG
-from gpt.data.tokenizer import CharTokenizer, GPT2Tokenizer, Tokenizer
 from gpt.errors import InputError, first_line
+from gpt.fetch.model_source import FLAG
 from gpt.models import hf
 from gpt.models.export import EMBEDDING, HEAD
 from gpt.models.model import GPT
+from gpt.tokenizer.kinds import CharTokenizer, GPT2Tokenizer, Tokenizer
 
 POSITIONS = "transformer.wpe.weight"
 SHAPE_FLAGS = tuple(DEFAULT_SHAPE)  # what the checkpoint decides; block_size may crop

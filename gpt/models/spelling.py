@@ -37,7 +37,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from gpt.data.tokenizer import Tokenizer
+from gpt.tokenizer.kinds import Tokenizer
 
 START = -1  # marks the token's start inside an n-gram; never a byte
 # Rare tokens are spelled alone where more than this share of the training split's tokens occur

@@ -2,7 +2,7 @@
 
 This is the data contract between the stages (docs/architecture.md, "The run directory"). Every
 path of a run directory is named here and nowhere else (the files inside one checkpoint or one
-export are gpt/training/checkpoint.py's and gpt/models/export.py's): `RunDir.meta_json` is a
+export are gpt/training/checkpoint_files.py's and gpt/models/export.py's): `RunDir.meta_json` is a
 `RunFile`, the file's place inside any run (`RunDir.meta_json.rel == "data/meta.json"`), and
 `rundir.meta_json` its path in one run. `data/meta.json` itself is `DataMeta`, written and read
 through that one class.

@@ -1,5 +1,5 @@
 """What train-gpt keeps in a checkpoint, restoring it, and when one is due by the clock (the
-files themselves: gpt/training/checkpoint.py)."""
+files themselves: gpt/training/checkpoint_files.py)."""
 
 from __future__ import annotations
 
@@ -11,12 +11,12 @@ from pathlib import Path
 import torch
 
 from gpt.config.configs import TrainConfig
-from gpt.data.batches import TokenData
 from gpt.distributed.world import World
 from gpt.errors import InputError
 from gpt.models.model import GPT
-from gpt.training import checkpoint, report
-from gpt.training.checkpoint import CheckpointState, TrainState
+from gpt.training import checkpoint_files, report
+from gpt.training.batches import TokenData
+from gpt.training.checkpoint_files import CheckpointState, TrainState
 from gpt.training.ema import WeightAverage
 
 
@@ -42,19 +42,20 @@ class Checkpointer:
             if cfg.resume == "require":
                 raise InputError(f"--resume require: no checkpoint to resume in {rundir.ckpt_dir}")
             if world.is_main:  # a fresh start must not mix with an earlier attempt's files
-                checkpoint.clear(rundir)
+                checkpoint_files.clear(rundir)
                 rundir.train_jsonl.unlink(missing_ok=True)
             return TrainState()
         self._check_compatible(latest, saved)
         average = self.average.model if self.average else None
-        checkpoint.load_weights(latest, self.model, self.optimizer, world.device, average)
+        checkpoint_files.load_weights(latest, self.model, self.optimizer, world.device, average)
         state = dataclasses.replace(saved.train)  # a copy: training advances it
-        rngs = checkpoint.read_rngs(latest)
+        rngs = checkpoint_files.read_rngs(latest)
         # A rank the saved run did not have keeps its fresh seed.
         if str(world.rank) in rngs:
-            checkpoint.set_rng_state(rngs[str(world.rank)], world.device)
+            checkpoint_files.set_rng_state(rngs[str(world.rank)], world.device)
         if world.is_main:
-            checkpoint.prune(rundir, cfg.keep_last)  # staging dirs of a write that was cut off
+            # and the staging dirs of a write that was cut off
+            checkpoint_files.prune(rundir, cfg.keep_last)
             report.keep_until(rundir.train_jsonl, state.step)
         return state
 
@@ -83,7 +84,7 @@ class Checkpointer:
     def save(self, state: TrainState) -> None:
         """Write the checkpoint of iteration `state.step` (every rank gives its RNGs; rank 0
         writes)."""
-        rngs = self.world.gather_json(checkpoint.rng_state(self.world.device))
+        rngs = self.world.gather_json(checkpoint_files.rng_state(self.world.device))
         if self.world.is_main:
             average = self.average.model if self.average else None
             facts = CheckpointState(
@@ -94,7 +95,7 @@ class Checkpointer:
                 config=dataclasses.asdict(self.cfg),
                 world_size=self.world.size,
             )
-            path = checkpoint.save(self.rundir, state.step, self.model, self.optimizer, facts,
+            path = checkpoint_files.save(self.rundir, state.step, self.model, self.optimizer, facts,
                                    rngs, self.cfg.keep_last, average)
             self.log(f"saved checkpoint {path.name}")
         self.saved_at = time.perf_counter()

@@ -8,9 +8,9 @@ from collections.abc import Callable
 import torch
 
 from gpt.config.configs import TrainConfig
-from gpt.data.batches import TokenData, eval_batches, eval_offsets
 from gpt.distributed.world import World
 from gpt.models.model import GPT
+from gpt.training.batches import TokenData, eval_batches, eval_offsets
 
 
 class Evaluator:

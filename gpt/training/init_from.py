@@ -18,15 +18,15 @@ from typing import Any
 import numpy as np
 
 from gpt.config.configs import TrainConfig
-from gpt.data.batches import TokenData
-from gpt.data.model_source import MODEL_FILES, Fetched, fetch
-from gpt.data.tokenizer import pretrained_tokenizer
 from gpt.distributed.world import World
 from gpt.errors import InputError
+from gpt.fetch.model_source import MODEL_FILES, Fetched, fetch
 from gpt.models import pretrained
 from gpt.models.pretrained import Pretrained
 from gpt.rundir.atomic import write_json
 from gpt.rundir.layout import RunDir
+from gpt.tokenizer.recognition import pretrained_tokenizer
+from gpt.training.batches import TokenData
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ import torch
 
 from gpt.config.configs import TrainConfig
 from gpt.distributed.world import World
-from gpt.training.checkpoint import TrainState
+from gpt.training.checkpoint_files import TrainState
 
 # Dense bf16 peak FLOP/s, for MFU. A GPU not listed shows no MFU rather than a wrong one.
 PEAK_FLOPS = {"H100 PCIe": 756e12, "H100": 989e12, "H200": 989e12, "A100": 312e12, "L4": 121e12}

@@ -12,7 +12,7 @@ from gpt.config.configs import TrainConfig
 from gpt.rundir import atomic
 from gpt.rundir.layout import RunDir
 from gpt.stages import TRAIN_GPT, to_args
-from gpt.training.checkpoint import TrainState
+from gpt.training.checkpoint_files import TrainState
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,7 @@ that a resumed run must keep, the model's shape (--n_layer, --n_head, --n_embd, 
 A flag given wins. Left unset, each is decided once, when the run starts, by the data, the
 other flags and the pretrained model of --init_from (the defaults below: its shape, a plain
 embedding), and a resumed run keeps what it started with, read from its
-checkpoint's state (gpt/training/checkpoint.py's `CheckpointState`): a rerun with a raised
+checkpoint's state (gpt/training/checkpoint_files.py's `CheckpointState`): a rerun with a raised
 --max_iters, which now passes over the text more often, trains on with the dropout and weight
 average it began with, as an uninterrupted run would have. `resolve_unset` applies that rule;
 `Trainer` builds what it returns.
@@ -37,7 +37,7 @@ from gpt.config.configs import (
 )
 
 if TYPE_CHECKING:  # no PyTorch for the rule itself
-    from gpt.training.checkpoint import CheckpointState
+    from gpt.training.checkpoint_files import CheckpointState
 
 T = TypeVar("T")
 

@@ -3,7 +3,8 @@ many (gpt/train_gpt.py runs it).
 
 Under torchrun every rank builds the same model from the same seed, trains its share of each
 iteration's windows, and DDP averages the gradients; rank 0 alone writes files. What a restart needs
-beyond weights, optimizer and RNGs is a checkpoint's `CheckpointState` (gpt/training/checkpoint.py);
+beyond weights, optimizer and RNGs is a checkpoint's `CheckpointState`
+(gpt/training/checkpoint_files.py);
 what the run's unset --dropout, --spelling and --ema_decay become, new or resumed,
 gpt/training/resume_rule.py decides.
 
@@ -25,18 +26,18 @@ import numpy as np
 import torch
 
 from gpt.config.configs import TrainConfig
-from gpt.data.batches import Batches, TokenData
-from gpt.data.objectstore import Store
 from gpt.distributed.world import World
 from gpt.errors import InputError
+from gpt.fetch.objectstore import Store
 from gpt.models import pretrained
 from gpt.models.export import load_unpadded, save_export
 from gpt.models.model import GPT
 from gpt.models.spelling import free_vectors, spelling_of
 from gpt.rundir.atomic import append_jsonl
 from gpt.stages import TRAIN_GPT
-from gpt.training import checkpoint, faults, report
-from gpt.training.checkpoint import CheckpointState
+from gpt.training import checkpoint_files, faults, report
+from gpt.training.batches import Batches, TokenData
+from gpt.training.checkpoint_files import CheckpointState
 from gpt.training.checkpointer import Checkpointer
 from gpt.training.compute import (
     autocast,
@@ -144,8 +145,8 @@ class Trainer:
         self.batches = Batches(self.data.train, cfg.block_size, cfg.batch_size, cfg.seed)
         self.evaluator = Evaluator(self.data, cfg, world, self.micro_batch)
 
-        latest = checkpoint.find_latest(self.rundir) if cfg.resume != "never" else None
-        saved = checkpoint.read_state(latest) if latest is not None else None
+        latest = checkpoint_files.find_latest(self.rundir) if cfg.resume != "never" else None
+        saved = checkpoint_files.read_state(latest) if latest is not None else None
         # The pretrained weights are read at iteration 0 only: a resumed run has its own.
         start = None
         if cfg.init_from and saved is None:

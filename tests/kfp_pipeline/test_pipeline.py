@@ -1,7 +1,7 @@
 """The pipeline: it compiles, the committed YAML is fresh (its parameters:
-tests/kfp_components/step/test_knobs.py), bad input stops a step before anything starts, and the
-compiled pipeline runs end to end on this machine with kfp.local (every stage a local process, the
-prompt one-shot)."""
+tests/kfp_components/step/test_parameter_docs.py), bad input stops a step before anything
+starts, and the compiled pipeline runs end to end on this machine with kfp.local (every stage a
+local process, the prompt one-shot)."""
 
 from __future__ import annotations
 

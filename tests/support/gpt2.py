@@ -14,7 +14,8 @@ from pathlib import Path
 
 import torch
 
-from gpt.data.tokenizer import GPT2Tokenizer
+from gpt.tokenizer.huggingface import hf_tokenizer
+from gpt.tokenizer.kinds import GPT2Tokenizer
 
 # Two small GPT-2 shapes: GPT-2's own choices (gelu_new, biases, learned positions, tied head,
 # its 50,257 tokens), and one with the exact GELU and another context and width.
@@ -56,7 +57,7 @@ def _tokenizer_files() -> dict[str, bytes]:
     """The files, made once a session (a few seconds)."""
     import transformers
 
-    ours = json.loads(GPT2Tokenizer().to_hf().to_str())["model"]
+    ours = json.loads(hf_tokenizer(GPT2Tokenizer()).to_str())["model"]
     with tempfile.TemporaryDirectory() as tmp:
         dest = Path(tmp)
         (dest / "vocab.json").write_text(json.dumps(ours["vocab"]))

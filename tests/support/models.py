@@ -12,10 +12,10 @@ from pathlib import Path
 
 import torch
 
-from gpt.data.tokenizer import Tokenizer
 from gpt.models.export import save_export
 from gpt.models.model import GPT, GPTConfig
 from gpt.rundir.layout import RunDir
+from gpt.tokenizer.kinds import Tokenizer
 from support.runs import ONE_THREAD, TINY_MODEL
 
 RUN = "t"  # the run `export` writes

@@ -21,9 +21,9 @@ import torch
 from safetensors.torch import load_file
 
 from gpt.__main__ import main as gpt_main
-from gpt.data.tokenizer import CharTokenizer
 from gpt.rundir.layout import DataMeta, RunDir
 from gpt.stages import TRAIN_GPT
+from gpt.tokenizer.kinds import CharTokenizer
 from support.once import made_once
 
 TEXT = (

@@ -1,5 +1,5 @@
 """A copy of the project to make edits in, and what those edits changed: the tests that hold an
-"adding X is N edits" claim (tests/kfp_components/step/test_knobs.py,
+"adding X is N edits" claim (tests/kfp_components/step/test_parameter_docs.py,
 tests/workload/test_stages.py) make the edits there."""
 
 from __future__ import annotations

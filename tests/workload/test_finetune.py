@@ -32,12 +32,13 @@ from support.runs import (
 )
 
 from gpt.config.configs import SamplingConfig
-from gpt.data.model_source import cache_dir
-from gpt.data.tokenizer import gpt2_encoding, load_tokenizer
+from gpt.fetch.model_source import cache_dir
 from gpt.generation.sampling import generate
 from gpt.models.export import load_export
 from gpt.rundir.layout import DataMeta, RunDir
 from gpt.stages import TRAIN_GPT
+from gpt.tokenizer.kinds import load_tokenizer
+from gpt.tokenizer.ranks import gpt2_encoding
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 

@@ -21,11 +21,11 @@ from support.models import ENV, RUN, args, export, one_shot
 from support.runs import TINY_MODEL
 
 from gpt.config.configs import SamplingConfig
-from gpt.data.tokenizer import CharTokenizer, GPT2Tokenizer
 from gpt.generation.repl import GOODBYE, HOW_TO_LEAVE, NOTE, PROMPT, REPLY, Chat
 from gpt.models.export import WEIGHTS
 from gpt.models.model import GPT, GPTConfig
 from gpt.rundir.layout import RunDir
+from gpt.tokenizer.kinds import CharTokenizer, GPT2Tokenizer
 
 TEXT = "ANTIPHOLUS: To be, or not to be, that is the question!\n"
 TIMEOUT = 20

@@ -17,13 +17,13 @@ import pytest
 from support.corpora import ids_between, split_documents
 from support.paths import FIXTURES
 
-import gpt.load_corpus
+import gpt.data.corpus
 from gpt.config.configs import CorpusConfig
 from gpt.data.cleaning import clean
 from gpt.data.sources import EMBEDDED_ASSET
-from gpt.data.tokenizer import load_tokenizer
 from gpt.errors import InputError
 from gpt.load_corpus import main
+from gpt.tokenizer.kinds import load_tokenizer
 
 COMEDY_SHA256 = "1e5f9faa9879d172aaaaf8828def61ad2a0c0ad1ecee149f634d65c3f67809e4"
 
@@ -218,7 +218,7 @@ def test_failure_while_writing_leaves_old_data_intact(root: Path, monkeypatch) -
     def broken(path: Path, obj: object, what: str) -> None:
         raise OSError("disk full")
 
-    monkeypatch.setattr(gpt.load_corpus, "write_json", broken)
+    monkeypatch.setattr(gpt.data.corpus, "write_json", broken)
     with pytest.raises(OSError, match="disk full"):
         main(CorpusConfig(root=str(root), run="r", overwrite=True))
     assert tree(cfg.rundir.path) == before

@@ -41,7 +41,7 @@ COMPONENT = '''"""KFP component `count-tokens`: a stage a newcomer adds."""
 from kfp import dsl
 
 from components.step.image_names import component_image
-from components.step.knobs import documented
+from components.step.parameter_docs import documented
 
 
 @dsl.component(base_image=component_image(), install_kfp_package=False)
@@ -93,9 +93,9 @@ print(json.dumps({"producer": producer, "top": top, "trainjob": job}))
 """
 # The tests that hold every stage (they read the stage table): they pass in the copy unedited.
 HOLDERS = (
-    "tests/kfp_components/step/test_knobs.py::test_every_parameter_is_a_knob_with_its_type_and_default",
-    "tests/kfp_components/step/test_knobs.py::test_every_text_in_the_compiled_yaml_is_its_knobs",
-    "tests/kfp_components/step/test_knobs.py::test_the_pipeline_takes_every_steps_knob_once_with_the_steps_default",
+    "tests/kfp_components/step/test_parameter_docs.py::test_every_parameter_is_a_knob_with_its_type_and_default",
+    "tests/kfp_components/step/test_parameter_docs.py::test_every_text_in_the_compiled_yaml_is_its_knobs",
+    "tests/kfp_components/step/test_parameter_docs.py::test_the_pipeline_takes_every_steps_knob_once_with_the_steps_default",
     "tests/kfp_pipeline/test_pipeline.py::test_compiles_to_the_stages_as_chained_uncached_steps",
     "tests/kfp_pipeline/test_pipeline.py::test_committed_yaml_is_what_make_compile_writes",
     "tests/runtimes/test_runtimes.py::test_the_runtimes_follow_the_sdk_shape_and_share_the_pvc",

@@ -37,8 +37,6 @@ from gpt.__main__ import main as gpt_main
 from gpt.config.cli import build_parser
 from gpt.config.configs import DROPOUT_REPEATED, FINETUNE_LR, TrainConfig
 from gpt.cores import usable_cores
-from gpt.data.batches import Batches, count_ids, eval_offsets
-from gpt.data.tokenizer import load_tokenizer
 from gpt.distributed import world
 from gpt.distributed.world import World, setup
 from gpt.models import loss as chunked
@@ -46,8 +44,10 @@ from gpt.models.export import load_export
 from gpt.models.model import GPT, GPTConfig
 from gpt.models.spelling import spell, spelling_of
 from gpt.rundir.layout import DataMeta, RunDir
-from gpt.training import checkpoint
+from gpt.tokenizer.kinds import load_tokenizer
+from gpt.training import checkpoint_files
 from gpt.training import trainer as trainer_module
+from gpt.training.batches import Batches, count_ids, eval_offsets
 from gpt.training.divergence import NonFiniteLoss
 from gpt.training.optimizer import lr_at
 from gpt.training.resume_rule import resolve_unset
@@ -77,12 +77,12 @@ def test_short_run_lowers_the_loss_and_writes_every_output(root: Path, capsys) -
     assert model.lm_head.weight.data_ptr() == model.transformer.wte.weight.data_ptr()
     # the export is the final weights: the same as the last checkpoint's, but for padding rows,
     # its spelled embedding written out as one table
-    ckpt = load_file(run.ckpt_step(30) / checkpoint.MODEL)
+    ckpt = load_file(run.ckpt_step(30) / checkpoint_files.MODEL)
     assert ckpt["lm_head.weight"].size(0) % 64 == 0 and ckpt["lm_head.weight"].size(0) > vocab
     assert model.lm_head.weight.size(0) == ckpt["lm_head.weight"].size(0)
-    saved = json.loads((run.ckpt_step(30) / checkpoint.STATE).read_text())["model"]
+    saved = json.loads((run.ckpt_step(30) / checkpoint_files.STATE).read_text())["model"]
     trained = GPT(GPTConfig(**saved), spelling_of(tokenizer, saved["spelling"]))
-    load_model(trained, run.ckpt_step(30) / checkpoint.MODEL)
+    load_model(trained, run.ckpt_step(30) / checkpoint_files.MODEL)
     torch.testing.assert_close(model.lm_head.weight[:vocab], trained.embedding()[:vocab])
 
     assert run.latest.read_text().strip() == "step-30"
@@ -115,7 +115,8 @@ def test_exact_resume_equals_a_straight_run(root: Path, extra: list[str]) -> Non
     assert [r["step"] for r in b] == list(range(1, 21))  # steps after 10 logged once, not twice
     losses = [[(r["loss"], r.get("val_loss")) for r in recs] for recs in (a, b)]
     assert losses[0] == losses[1]
-    for weights in (checkpoint.MODEL, checkpoint.AVERAGE):  # the weight average resumes too
+    # the weight average resumes too
+    for weights in (checkpoint_files.MODEL, checkpoint_files.AVERAGE):
         wa = load_file(straight.ckpt_step(20) / weights)
         wb = load_file(resumed / "ckpt" / "step-20" / weights)
         assert_same_weights(wb, wa, weights)

@@ -21,9 +21,9 @@ from support.paths import FIXTURES, PROJECT
 from gpt.config.configs import CorpusConfig
 from gpt.data import records
 from gpt.data.sources import Download
-from gpt.data.tokenizer import load_tokenizer
 from gpt.errors import InputError
 from gpt.load_corpus import main as load_corpus
+from gpt.tokenizer.kinds import load_tokenizer
 
 GUTENBERG = (FIXTURES / "gutenberg_sample.txt").read_text()
 

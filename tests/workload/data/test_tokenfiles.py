@@ -14,13 +14,9 @@ from support.corpora import ids_between, joined, split_documents
 
 import gpt.data.tokenfiles
 from gpt.data.tokenfiles import SAFE_CUT, _at_cuts, chunks, tokenize_file
-from gpt.data.tokenizer import (
-    CharTokenizer,
-    GPT2Tokenizer,
-    always_kept,
-    gpt2_encoding,
-    piece_cuts,
-)
+from gpt.tokenizer.compaction import always_kept, piece_cuts
+from gpt.tokenizer.kinds import CharTokenizer, GPT2Tokenizer
+from gpt.tokenizer.ranks import gpt2_encoding
 
 COMEDY = (resources.files("gpt.assets") / "comedy_of_errors.txt").read_text(encoding="utf-8")
 # What a pre-tokenizer could trip on at a cut: runs of spaces and newlines, digits, contractions,

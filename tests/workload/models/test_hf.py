@@ -18,11 +18,13 @@ from support.models import CORPUS, PROMPTS, peaked
 from support.runs import TINY_MODEL, TINY_TWO_BLOCKS
 
 from gpt.config.configs import SamplingConfig
-from gpt.data.tokenizer import ENDOFTEXT, CharTokenizer, GPT2Tokenizer, Tokenizer
 from gpt.generation.sampling import generate
 from gpt.models import hf
 from gpt.models.export import load_export, save_export
 from gpt.models.model import GPT, GPTConfig
+from gpt.tokenizer.huggingface import hf_tokenizer
+from gpt.tokenizer.kinds import CharTokenizer, GPT2Tokenizer, Tokenizer
+from gpt.tokenizer.ranks import ENDOFTEXT
 
 transformers = pytest.importorskip("transformers")
 
@@ -137,7 +139,7 @@ def test_the_files_load_as_the_ones_transformers_save_pretrained_writes(tmp_path
     transformers.GenerationConfig(bos_token_id=eot, eos_token_id=eot,
                                   pad_token_id=eot).save_pretrained(theirs)  # fmt: skip
     special = {} if eot is None else {"eos_token": ENDOFTEXT, "bos_token": ENDOFTEXT}
-    transformers.PreTrainedTokenizerFast(tokenizer_object=tokenizer.to_hf(),
+    transformers.PreTrainedTokenizerFast(tokenizer_object=hf_tokenizer(tokenizer),
                                          model_max_length=config.block_size,
                                          **special).save_pretrained(theirs)  # fmt: skip
 

@@ -9,7 +9,6 @@ from safetensors.torch import load_file
 from support.runs import TINY_MODEL
 
 from gpt.config.configs import SamplingConfig
-from gpt.data.tokenizer import CharTokenizer
 from gpt.generation.sampling import generate, new_generator
 from gpt.models import loss as chunked
 from gpt.models.model import (
@@ -23,6 +22,7 @@ from gpt.models.model import (
     dropout_mask,
 )
 from gpt.models.spelling import spell
+from gpt.tokenizer.kinds import CharTokenizer
 
 # The tiny model with two blocks (so that what passes from one block to the next is checked too),
 # over 67 ids (not a multiple of 64: the embedding is padded).

@@ -14,11 +14,12 @@ from support.gpt2 import OTHER_GPT2, SMALL_GPT2, gpt2_folder, gpt2_tokenizer_fil
 from support.runs import assert_same_weights
 
 from gpt.config.configs import GPTConfig, TrainConfig
-from gpt.data.tokenizer import GPT2Tokenizer, pretrained_tokenizer
 from gpt.errors import InputError
 from gpt.models import pretrained
 from gpt.models.export import load_unpadded
 from gpt.models.model import GPT
+from gpt.tokenizer.kinds import GPT2Tokenizer
+from gpt.tokenizer.recognition import pretrained_tokenizer
 
 
 @pytest.fixture(scope="module")

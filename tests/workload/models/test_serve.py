@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 from support.models import CORPUS, PROMPTS, peaked
 
-from gpt.data.tokenizer import GPT2Tokenizer
 from gpt.models.export import save_export
 from gpt.models.model import GPTConfig
 from gpt.rundir.layout import RunDir
+from gpt.tokenizer.kinds import GPT2Tokenizer
 
 openai = pytest.importorskip("openai")
 SERVE = Path(sys.executable).with_name("transformers")

@@ -13,12 +13,12 @@ from safetensors.torch import load_file
 from support.runs import TEXT, TINY_MODEL, train, write_data
 
 from gpt.config.configs import DEFAULT_SPELLING, GPTConfig, TrainConfig
-from gpt.data.tokenizer import CharTokenizer, load_tokenizer
 from gpt.models.export import load_export, save_export
 from gpt.models.model import GPT
 from gpt.models.spelling import FREE_MIN_COUNT, free_vectors, spell
 from gpt.rundir.layout import RunDir
-from gpt.training import checkpoint
+from gpt.tokenizer.kinds import CharTokenizer, load_tokenizer
+from gpt.training import checkpoint_files
 from gpt.training.resume_rule import resolve_unset
 
 
@@ -88,7 +88,7 @@ def test_a_run_on_a_small_text_keeps_the_rows_of_its_rare_tokens_at_zero(
     tokenizer = load_tokenizer(run.tokenizer_json)
     chars = "".join(tokenizer.decode([i]) for i in range(tokenizer.vocab_size))
     rare = [chars.index(c) for c in "Zz!" + once[:2]]
-    table = load_file(run.ckpt_step(6) / checkpoint.MODEL)["lm_head.weight"]
+    table = load_file(run.ckpt_step(6) / checkpoint_files.MODEL)["lm_head.weight"]
     assert not table[rare].any() and table[chars.index("A")].any()
     exported, _ = load_export(run.model_dir)  # their rows there: the spelling's mean, learned
     assert exported.lm_head.weight[rare].abs().min(dim=1).values.all()
@@ -111,21 +111,21 @@ def test_unset_spelling_is_the_default_for_a_new_run_and_the_saved_one_on_resume
 ) -> None:
     run = write_data(root, "s")
     assert train(root, "s", "--max_iters", "4", "--ckpt_interval", "2") == 0
-    state = json.loads((run.ckpt_dir / "step-4" / checkpoint.STATE).read_text())
+    state = json.loads((run.ckpt_dir / "step-4" / checkpoint_files.STATE).read_text())
     assert state["model"]["spelling"] == DEFAULT_SPELLING
     assert "spelled in" in capsys.readouterr().out
     # An explicit other value is a different model: one line, nothing overwritten.
     assert train(root, "s", "--max_iters", "6", "--spelling", "0") == 2
     err = capsys.readouterr().err
     assert "different model" in err and "spelling 2 -> 0" in err and err.count("\n") == 1
-    assert checkpoint.find_latest(run).name == "step-4"
+    assert checkpoint_files.find_latest(run).name == "step-4"
 
 
 def test_a_checkpoint_from_before_spelling_resumes_as_a_plain_table(root: Path, capsys) -> None:
     run: RunDir = write_data(root, "old")
     assert train(root, "old", "--max_iters", "4", "--spelling", "0") == 0
     # Rewrite the checkpoint's state as the code before --spelling wrote it: no such key.
-    path = run.ckpt_dir / "step-4" / checkpoint.STATE
+    path = run.ckpt_dir / "step-4" / checkpoint_files.STATE
     state = json.loads(path.read_text())
     del state["model"]["spelling"]
     del state["config"]["spelling"]

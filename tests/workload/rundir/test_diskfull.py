@@ -25,10 +25,10 @@ import pytest
 from support.models import RUN, export, one_shot
 from support.runs import train, train_cli, write_data
 
-from gpt.data.tokenizer import CharTokenizer
 from gpt.errors import EXIT_FATAL
 from gpt.rundir.atomic import _LEFTOVER
 from gpt.rundir.layout import RunDir
+from gpt.tokenizer.kinds import CharTokenizer
 
 PAGE = 4096
 LOCK = 1  # the page of the run lock's holder line

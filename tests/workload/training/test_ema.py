@@ -14,7 +14,7 @@ from gpt.config.configs import DEFAULT_EMA_DECAY, GPTConfig, TrainConfig
 from gpt.models.export import load_export
 from gpt.models.model import GPT
 from gpt.rundir.layout import RunDir
-from gpt.training import checkpoint
+from gpt.training import checkpoint_files
 from gpt.training.ema import WeightAverage
 from gpt.training.resume_rule import resolve_unset
 
@@ -83,8 +83,9 @@ def test_the_run_exports_and_checkpoints_the_average(root: Path) -> None:
     assert train(root, "r", "--max_iters", "20", "--ckpt_interval", "10", "--ema_decay", "0.9",
                  "--spelling", "0") == 0
     ckpt = RunDir.of(root, "r").ckpt_step(20)
-    raw, average = load_file(ckpt / checkpoint.MODEL), load_file(ckpt / checkpoint.AVERAGE)
-    assert checkpoint.evaluated_weights(ckpt) == ckpt / checkpoint.AVERAGE
+    raw = load_file(ckpt / checkpoint_files.MODEL)
+    average = load_file(ckpt / checkpoint_files.AVERAGE)
+    assert checkpoint_files.evaluated_weights(ckpt) == ckpt / checkpoint_files.AVERAGE
     assert not torch.equal(raw["lm_head.weight"], average["lm_head.weight"])
     model, _ = load_export(run.model_dir)
     vocab = model.config.vocab_size
@@ -102,8 +103,8 @@ def test_a_run_resumed_without_ema_decay_keeps_the_decay_it_started_with(root: P
     shutil.rmtree(cut.ckpt_step(20))
     cut.latest.write_text("step-10\n")
     assert train(root, "cut", *flags) == 0  # --ema_decay left out, as a plain rerun does
-    whole = load_file(RunDir.of(root, "whole").ckpt_step(20) / checkpoint.AVERAGE)
-    resumed = load_file(cut.ckpt_step(20) / checkpoint.AVERAGE)
+    whole = load_file(RunDir.of(root, "whole").ckpt_step(20) / checkpoint_files.AVERAGE)
+    resumed = load_file(cut.ckpt_step(20) / checkpoint_files.AVERAGE)
     assert_same_weights(resumed, whole, "the resumed average")
 
 
@@ -113,10 +114,10 @@ def test_without_an_average_the_run_writes_none_and_resuming_needs_it_off(root: 
     assert train(root, "r", "--max_iters", "10", "--ckpt_interval", "5", "--ema_decay", "0",
                  "--spelling", "0") == 0  # a plain table: the export's tensor is the raw one
     ckpt = RunDir.of(root, "r").ckpt_step(10)
-    assert not (ckpt / checkpoint.AVERAGE).exists()
-    assert checkpoint.evaluated_weights(ckpt) == ckpt / checkpoint.MODEL
+    assert not (ckpt / checkpoint_files.AVERAGE).exists()
+    assert checkpoint_files.evaluated_weights(ckpt) == ckpt / checkpoint_files.MODEL
     model, _ = load_export(run.model_dir)
-    raw = load_file(ckpt / checkpoint.MODEL)
+    raw = load_file(ckpt / checkpoint_files.MODEL)
     assert torch.equal(model.transformer.wte.weight[:10], raw["lm_head.weight"][:10])
     capsys.readouterr()
     assert train(root, "r", "--max_iters", "20", "--ema_decay", "0.9") != 0

@@ -1,5 +1,5 @@
-"""A checkpoint's typed state (gpt/training/checkpoint.py's `CheckpointState`) and the rule for
-what a run's unset --dropout, --spelling and --ema_decay become, new or resumed
+"""A checkpoint's typed state (gpt/training/checkpoint_files.py's `CheckpointState`) and the
+rule for what a run's unset --dropout, --spelling and --ema_decay become, new or resumed
 (gpt/training/resume_rule.py's `resolve_unset`)."""
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from gpt.config.configs import (
     TrainConfig,
 )
 from gpt.errors import InputError
-from gpt.training import checkpoint
-from gpt.training.checkpoint import CheckpointState, TrainState
+from gpt.training import checkpoint_files
+from gpt.training.checkpoint_files import CheckpointState, TrainState
 from gpt.training.resume_rule import resolve_unset
 
 # state.json as the code before the typed state wrote it (main at ff6af88, a TINY run of 4 steps
@@ -66,13 +66,13 @@ def test_a_run_resumes_a_checkpoint_whose_state_the_earlier_code_wrote(root: Pat
     run = write_data(root, "old")
     flags = ("--max_iters", "4", "--ema_decay", "0.9")
     assert train(root, "old", *flags) == 0
-    shutil.copy(BEFORE, run.ckpt_step(4) / checkpoint.STATE)
+    shutil.copy(BEFORE, run.ckpt_step(4) / checkpoint_files.STATE)
     capsys.readouterr()
     # --ema_decay left out: the 0.9 comes from the earlier code's state.json.
     assert train(root, "old", "--max_iters", "6") == 0
     out = capsys.readouterr().out
     assert "resumed from step-4: step 4" in out
-    assert checkpoint.read_state(run.ckpt_step(6)).ema_decay == 0.9
+    assert checkpoint_files.read_state(run.ckpt_step(6)).ema_decay == 0.9
 
 
 def test_older_states_read_with_the_keys_they_lack_at_the_values_they_implied() -> None:
@@ -104,11 +104,12 @@ def _broken(change) -> dict:
 ])
 def test_a_malformed_state_is_a_one_line_error_naming_the_file(tmp_path: Path, raw,
                                                                 reason: str) -> None:
-    (tmp_path / checkpoint.STATE).write_text(json.dumps(raw))
+    (tmp_path / checkpoint_files.STATE).write_text(json.dumps(raw))
     with pytest.raises(InputError) as e:
-        checkpoint.read_state(tmp_path)
+        checkpoint_files.read_state(tmp_path)
     message = str(e.value)
-    assert message.startswith(f"{tmp_path / checkpoint.STATE}: not a checkpoint state ({reason}")
+    state = tmp_path / checkpoint_files.STATE
+    assert message.startswith(f"{state}: not a checkpoint state ({reason}")
     assert "\n" not in message
 
 
@@ -116,7 +117,7 @@ def test_a_run_on_a_malformed_state_fails_in_one_line_and_keeps_the_checkpoint(r
                                                                                 capsys) -> None:
     run = write_data(root, "r")
     assert train(root, "r", "--max_iters", "4") == 0
-    path = run.ckpt_step(4) / checkpoint.STATE
+    path = run.ckpt_step(4) / checkpoint_files.STATE
     path.write_text(json.dumps(_broken(lambda r: r.pop("model"))))
     before = run.train_jsonl.read_text()
     capsys.readouterr()

@@ -6,7 +6,7 @@ Hugging Face Hub, an object store, or a local folder, always ending as a local f
   from `HF_TOKEN`) into the shared volume's cache, `<root>/.cache/huggingface/hub`, laid out as
   huggingface_hub lays out its own: a resumed run, a second run and every rank of a TrainJob
   find the files there and download nothing; `HF_HUB_OFFLINE=1` reads the cache alone.
-- `s3://` or `gs://` prefix: copied (gpt/data/objectstore.py, its credentials) into
+- `s3://` or `gs://` prefix: copied (gpt/fetch/objectstore.py, its credentials) into
   `<root>/.cache/init_from/<sha256 of the URI>/`, whole or not at all.
 - anything else: a local folder (an earlier run's `model/`, or any GPT-2 / GPT-NeoX directory).
 
@@ -71,7 +71,7 @@ def parse(init_from: str) -> Source:
                              "hf://ORG/NAME@REVISION")
         return Source("hub", init_from, repo=name, revision=revision or None)
     if re.match(r"^(s3|gs)://", init_from):
-        from gpt.data.objectstore import check_uri
+        from gpt.fetch.objectstore import check_uri
 
         check_uri(init_from, FLAG)
         return Source("store", init_from.rstrip("/") + "/")
@@ -159,7 +159,7 @@ def _from_hub(src: Source, root: Path, patterns: tuple[str, ...], offline: bool,
 def _from_store(src: Source, root: Path, say: Callable[[str], None]) -> Path:
     """The prefix's files copied into the cache, staged and renamed whole: a copy that is there
     is complete, and is not downloaded again."""
-    from gpt.data.objectstore import Store
+    from gpt.fetch.objectstore import Store
     from gpt.rundir import atomic
 
     dest = root / ".cache" / "init_from" / hashlib.sha256(src.text.encode()).hexdigest()[:32]

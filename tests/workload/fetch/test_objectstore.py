@@ -29,8 +29,8 @@ from support.runs import train_cli, write_data  # noqa: E402
 
 from bench.s3server import AWS_VARIABLES, BUCKET, S3Server  # noqa: E402
 from gpt.config.configs import CorpusConfig  # noqa: E402
-from gpt.data import objectstore  # noqa: E402
-from gpt.data.objectstore import LOADED_BY, MANIFEST, Store  # noqa: E402
+from gpt.fetch import objectstore  # noqa: E402
+from gpt.fetch.objectstore import LOADED_BY, MANIFEST, Store  # noqa: E402
 from gpt.load_corpus import main as load_corpus  # noqa: E402
 
 DATA = ("data/train.bin", "data/val.bin", "data/tokenizer.json", "corpus/text.txt")
@@ -222,7 +222,7 @@ def test_a_source_outside_object_storage_imports_no_storage_package(tmp_path):
 # Downloads `uri` with load-corpus's code to argv[2] and prints its peak resident memory: the
 # grandchild of a small parent, whose ru_maxrss is its own (tests/workload/test_load_corpus.py says
 # why).
-_DOWNLOAD = ("import sys; from pathlib import Path; from gpt.data.objectstore import Store; "
+_DOWNLOAD = ("import sys; from pathlib import Path; from gpt.fetch.objectstore import Store; "
              "Store(sys.argv[1], '--source').download(sys.argv[1], Path(sys.argv[2]), 1 << 40)")
 _MEASURE = ("import os, subprocess, sys; p = subprocess.Popen(sys.argv[1:], "
             "stdout=subprocess.DEVNULL); _, status, usage = os.wait4(p.pid, 0); "
@@ -373,7 +373,7 @@ def test_export_refuses_a_bad_uri_and_names_an_unreachable_one(s3env, stopped_en
     assert (root / "exp" / "model" / "config.json").exists(), "the local export stands"
 
 
-_UPLOAD = ("import sys; from pathlib import Path; from gpt.data.objectstore import Store; "
+_UPLOAD = ("import sys; from pathlib import Path; from gpt.fetch.objectstore import Store; "
            "Store(sys.argv[1], '--export_uri').upload_dir(Path(sys.argv[2]))")
 
 

@@ -8,8 +8,8 @@ own source in the step's container) and the lines a knob does not describe: its 
 `Returns:`. `documented` fills in the rest, and the pipeline takes its parameters and their
 texts from the components (pipeline/parameters.py), so a new training flag is two edits: its
 field in gpt/config/configs.py and its line in components/train_gpt.py's signature.
-tests/kfp_components/step/test_knobs.py holds each signature's names, types and defaults to the
-fields'.
+tests/kfp_components/step/test_parameter_docs.py holds each signature's names, types and
+defaults to the fields'.
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ from support.paths import PROJECT
 from support.tree import copy_project
 
 from components.step.dispatch import UNSET, StepKnobs, sort_knobs
-from components.step.knobs import documented, knob_docs
+from components.step.parameter_docs import documented, knob_docs
 from components.trainjob.placement import Placement
 from gpt.stages import STAGES
 from pipeline.parameters import with_step_parameters

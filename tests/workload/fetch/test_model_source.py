@@ -1,4 +1,4 @@
-"""Where --init_from's files come from (gpt/data/model_source.py): the Hub through a cache on
+"""Where --init_from's files come from (gpt/fetch/model_source.py): the Hub through a cache on
 the run root's volume (read offline here, from a cache laid out as huggingface_hub lays one
 out), each way the Hub can fail as one line, an s3:// prefix from moto's S3 server copied
 whole once, a gs:// prefix through the same object-store code (fsspec's in-memory filesystem
@@ -11,9 +11,9 @@ import pytest
 from huggingface_hub import errors
 from support.gpt2 import hub_cache
 
-from gpt.data import model_source, objectstore
-from gpt.data.model_source import MODEL_FILES, cache_dir, fetch, parse
 from gpt.errors import InputError
+from gpt.fetch import model_source, objectstore
+from gpt.fetch.model_source import MODEL_FILES, cache_dir, fetch, parse
 
 COMMIT = "c" * 40
 
@@ -125,8 +125,8 @@ def test_an_s3_prefix_is_copied_whole_once(tmp_path, monkeypatch):
 
 
 def test_a_gs_prefix_is_copied_by_the_object_stores_code(tmp_path, monkeypatch):
-    """gs:// is gpt/data/objectstore.py's, as s3:// is; fsspec's in-memory filesystem stands in
-    for gcsfs, as in tests/workload/data/test_objectstore.py."""
+    """gs:// is gpt/fetch/objectstore.py's, as s3:// is; fsspec's in-memory filesystem stands in
+    for gcsfs, as in tests/workload/fetch/test_objectstore.py."""
     from fsspec.implementations.memory import MemoryFileSystem
 
     memory = MemoryFileSystem(skip_instance_cache=True)

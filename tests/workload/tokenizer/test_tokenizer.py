@@ -19,25 +19,24 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpt.data.tokenizer import (
-    ENDOFTEXT,
-    GPT2_EOT,
-    RANKS_SHA256,
+from gpt.errors import InputError
+from gpt.tokenizer.compaction import always_kept, merge_closure, piece_cuts
+from gpt.tokenizer.huggingface import byte_alphabet, hf_tokenizer, tokenizer_from_hf
+from gpt.tokenizer.kinds import (
     CharTokenizer,
     GPT2Tokenizer,
     Tokenizer,
-    always_kept,
-    byte_alphabet,
-    gpt2_tokens,
     load_tokenizer,
-    merge_closure,
-    merge_parts,
-    piece_cuts,
-    read_ranks,
-    tokenizer_from_hf,
     tokenizer_from_json,
 )
-from gpt.errors import InputError
+from gpt.tokenizer.ranks import (
+    ENDOFTEXT,
+    GPT2_EOT,
+    RANKS_SHA256,
+    gpt2_tokens,
+    merge_parts,
+    read_ranks,
+)
 
 COMEDY = (resources.files("gpt.assets") / "comedy_of_errors.txt").read_text(encoding="utf-8")
 ENGLISH = (
@@ -97,7 +96,7 @@ def test_gpt2_is_built_offline_without_tiktoken_cache(tmp_path: Path) -> None:
             raise AssertionError("network used")
         socket.socket.connect = refuse
         socket.create_connection = refuse
-        from gpt.data.tokenizer import GPT2Tokenizer
+        from gpt.tokenizer.kinds import GPT2Tokenizer
         print(GPT2Tokenizer().encode("Hello world"))
         """
     )
@@ -381,7 +380,7 @@ def test_compact_ids_are_what_encode_gives_on_any_text(
 def twins(full, compact, capped, char) -> dict[str, tuple[Tokenizer, object]]:
     small = GPT2Tokenizer.fit([COMEDY, *SAMPLES], max_vocab=300)
     toks = {"full": full, "compact": compact, "capped": capped, "small": small, "char": char}
-    return {name: (tok, tok.to_hf()) for name, tok in toks.items()}
+    return {name: (tok, hf_tokenizer(tok)) for name, tok in toks.items()}
 
 
 def expressible(tok: Tokenizer, text: str) -> bool:
@@ -393,7 +392,7 @@ def test_the_hugging_face_twin_gives_the_same_ids(twins, name: str) -> None:
     tok, hf = twins[name]
     unicode_char = CharTokenizer.fit(SAMPLES)
     for text in SAMPLES + [ENGLISH * 3, COMEDY[:5000] + UNICODE + CJK]:
-        for ours, theirs in [(tok, hf), (unicode_char, unicode_char.to_hf())]:
+        for ours, theirs in [(tok, hf), (unicode_char, hf_tokenizer(unicode_char))]:
             if expressible(ours, text):
                 ids = ours.encode(text)
                 assert theirs.encode(text).ids == ids, (name, text[:40])
@@ -442,7 +441,7 @@ def test_the_twin_rebuilds_the_same_tokenizer(twins, name: str) -> None:
 
 
 def hf_json(tok: Tokenizer) -> dict:
-    return json.loads(tok.to_hf().to_str())
+    return json.loads(hf_tokenizer(tok).to_str())
 
 
 def _reversed_merges(obj: dict) -> None:

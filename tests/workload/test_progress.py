@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 import time
 
-from gpt.data.progress import Progress
+from gpt.progress import Progress
 
 
 class Terminal(io.StringIO):

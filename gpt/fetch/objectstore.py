@@ -31,9 +31,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gpt.data.formats import format_of
-from gpt.data.progress import Progress
 from gpt.errors import InputError, first_line
+from gpt.progress import Progress
 from gpt.rundir.atomic import writing
 
 HF_ENV = ("HF_TOKEN", "HF_ENDPOINT")  # the token; the Hub's address (a mirror, or a test's fake)
@@ -126,17 +125,17 @@ class Store:
             raise self.fail("not an object (a prefix? end the URI with '/')")
         return int(info["size"])
 
-    def data_files(self, which: str) -> list[tuple[str, int]]:
-        """The corpus files (by their names' extensions, `which` says which) directly under
-        the prefix (as a folder is read: not recursive), in key order, with their sizes; for a
-        Hugging Face dataset, its file, or its folder's files, or its glob's matches."""
+    def data_files(self, wanted: Callable[[str], object], which: str) -> list[tuple[str, int]]:
+        """The files whose names are `wanted` (`which` says which, for the refusal) directly
+        under the prefix (as a folder is read: not recursive), in key order, with their sizes;
+        for a Hugging Face dataset, its file, or its folder's files, or its glob's matches."""
         if self.scheme == HF:
             entries = self.hf_entries()
         else:
             entries = self.call(lambda: self.fs.ls(self.path, detail=True))
         found = sorted(
             (self.uri_of(e["name"]), int(e["size"])) for e in entries
-            if e.get("type") == "file" and format_of(e["name"])
+            if e.get("type") == "file" and wanted(e["name"])
         )  # fmt: skip
         if not found:
             glob = _GLOB.search(self.path)

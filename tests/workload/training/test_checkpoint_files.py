@@ -13,7 +13,7 @@ import pytest
 import torch
 from support.runs import ONE_THREAD, TINY_FLAGS, records, train, write_data
 
-from gpt.training import checkpoint
+from gpt.training import checkpoint_files
 
 
 class Payload:
@@ -31,7 +31,7 @@ def test_a_pickle_payload_in_a_checkpoint_is_refused_and_nothing_runs(root: Path
     run = write_data(root, "r")
     assert train(root, "r", "--max_iters", "4") == 0
     marker = tmp_path / "payload-ran"
-    evil = run.ckpt_step(4) / checkpoint.OPTIMIZER
+    evil = run.ckpt_step(4) / checkpoint_files.OPTIMIZER
     torch.save({"state": {}, "param_groups": [], "extra": Payload(marker)}, evil)
     torch.load(evil, weights_only=False)  # the payload is live: a plain load runs it
     assert marker.exists()
@@ -47,7 +47,8 @@ def test_a_pickle_payload_in_a_checkpoint_is_refused_and_nothing_runs(root: Path
     assert run.latest.read_text().strip() == "step-4"
 
 
-@pytest.mark.parametrize("name", [checkpoint.MODEL, checkpoint.OPTIMIZER, checkpoint.STATE])
+@pytest.mark.parametrize("name", [checkpoint_files.MODEL, checkpoint_files.OPTIMIZER,
+                                  checkpoint_files.STATE])
 def test_a_truncated_checkpoint_is_a_clear_error(root: Path, capsys, name: str) -> None:
     run = write_data(root, "r")
     assert train(root, "r", "--max_iters", "4") == 0

@@ -14,9 +14,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from gpt.data.tokenizer import Tokenizer, load_tokenizer
 from gpt.errors import InputError
 from gpt.rundir.layout import DataMeta, RunDir
+from gpt.tokenizer.kinds import Tokenizer, load_tokenizer
 
 
 @dataclass(frozen=True)
