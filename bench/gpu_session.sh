@@ -62,6 +62,9 @@ step() {
         return 0
     fi
     ((limit <= left)) || limit=$left
+    # At least a second: `timeout 0` is no limit at all, and bash's SECONDS counts whole seconds
+    # from the wall clock's, so a budget of 1 s can be all spent a moment after the start.
+    ((limit >= 1)) || limit=1
     say "$* (at most $limit s) ..."
     status=0
     env ${settings[@]+"${settings[@]}"} timeout --kill-after=15 "$limit" \

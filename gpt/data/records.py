@@ -122,6 +122,10 @@ def _field_of(origin: str, line: bytes, line_no: int, text_field: str, missing: 
     return value
 
 
+# orjson's refusal of a value nested deeper than 1024 levels.
+_TOO_DEEP = "depth limit exceeded"
+
+
 def _record(line: bytes, parse: Callable[[bytes], object]) -> object:
     """The JSON value on `line`. Where orjson refuses it, the standard json takes what it reads
     all the same: integers past 64 bits, and NaN as Python writes it, in fields other than the
@@ -131,6 +135,10 @@ def _record(line: bytes, parse: Callable[[bytes], object]) -> object:
     try:
         return parse(line)
     except ValueError as fast:
+        if str(fast).startswith(_TOO_DEEP):
+            # The standard json's own limit is the interpreter's recursion limit, which
+            # torch.compile raises to 2000: the same line would pass or not by what ran before.
+            raise fast from None
         try:
             record = json.loads(line)  # raises where the line is not JSON
         except RecursionError:

@@ -74,6 +74,20 @@ def test_a_malformed_json_lines_file_is_refused_naming_the_line(lines, says, tmp
     assert message.startswith(f"--source {str(tmp_path / 'bad.jsonl')!r}: ") and says in message
 
 
+def test_deep_nesting_is_refused_whatever_the_recursion_limit(tmp_path):
+    """torch.compile raises the interpreter's recursion limit to 2000 in the process that ran
+    it; the standard json's depth follows that limit, orjson's (1024) does not: the same line is
+    refused either way (it once passed in a pytest worker that had compiled a model)."""
+    (tmp_path / "deep.jsonl").write_bytes(b'{"text": "a", "tree": ' + b"[" * 1100
+                                          + b"]" * 1100 + b"}\n")
+    before = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(before, 5000))
+    try:
+        assert "depth limit exceeded" in refusal(tmp_path / "deep.jsonl")
+    finally:
+        sys.setrecursionlimit(before)
+
+
 def test_json_the_fast_parser_refuses_is_read_by_the_standard_one(tmp_path):
     # orjson refuses integers past 64 bits and NaN, which the standard json reads
     (tmp_path / "r.jsonl").write_bytes(
