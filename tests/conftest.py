@@ -39,6 +39,17 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items[:] = paired + rest[len(minutes):]
 
 
+# Where the machine's user keeps their Hugging Face cache is theirs: a test that wants one sets
+# it (gpt/fetch/model_source.py's cache_dir reads them); no test reads or fills the user's own.
+HF_CACHE_VARIABLES = ("HF_HOME", "HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE")
+
+
+@pytest.fixture(autouse=True)
+def no_users_hub_cache(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in HF_CACHE_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+
+
 @pytest.fixture(scope="session")
 def shared() -> Path:
     if not SHARED.is_dir():

@@ -3,9 +3,10 @@ Hugging Face Hub, an object store, or a local folder, always ending as a local f
 
 - `gpt2`, `gpt2-medium`, `gpt2-large`, `gpt2-xl`: the Hub's `openai-community/<name>`;
   `hf://ORG/NAME[@REVISION]` any Hub repository. Downloaded through `huggingface_hub` (its token
-  from `HF_TOKEN`) into the shared volume's cache, `<root>/.cache/huggingface/hub`, laid out as
-  huggingface_hub lays out its own: a resumed run, a second run and every rank of a TrainJob
-  find the files there and download nothing; `HF_HUB_OFFLINE=1` reads the cache alone.
+  from `HF_TOKEN`) into the Hub cache the user set (`HF_HUB_CACHE`, or `HF_HOME`/hub), else the
+  shared volume's, `<root>/.cache/huggingface/hub` (`cache_dir`): a resumed run, a second run,
+  every rank of a TrainJob and a copy `huggingface-cli download` or transformers left there are
+  found and nothing is downloaded; `HF_HUB_OFFLINE=1` reads that same cache alone.
 - `s3://` or `gs://` prefix: copied (gpt/fetch/objectstore.py, its credentials) into
   `<root>/.cache/init_from/<sha256 of the URI>/`, whole or not at all.
 - anything else: a local folder (an earlier run's `model/`, or any GPT-2 / GPT-NeoX directory).
@@ -82,7 +83,16 @@ def parse(init_from: str) -> Source:
 
 
 def cache_dir(root: str | Path) -> Path:
-    """The Hub cache on the run root's volume (huggingface_hub's layout, `HF_HOME/hub`)."""
+    """The Hub cache, where huggingface_hub and every tool of its ecosystem look for it: the
+    user's `HF_HUB_CACHE` (or its older name `HUGGINGFACE_HUB_CACHE`), else the user's
+    `HF_HOME`/hub, else the run root's volume, `<root>/.cache/huggingface/hub` (the runtimes set
+    HF_HOME there, so a cluster keeps one copy per volume). Read at each call, as the stage's
+    environment says, not huggingface_hub's import-time constants."""
+    for name in ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE"):
+        if os.environ.get(name):
+            return Path(os.environ[name]).expanduser()
+    if os.environ.get("HF_HOME"):
+        return Path(os.environ["HF_HOME"]).expanduser() / "hub"
     return Path(root) / ".cache" / "huggingface" / "hub"
 
 

@@ -37,6 +37,26 @@ def pod_spec(runtime: dict) -> dict:
     return job["template"]["spec"]["template"]["spec"]
 
 
+def test_the_stages_that_fetch_keep_the_hub_cache_on_the_volume(monkeypatch):
+    """HF_HOME in the runtimes of the stages with --init_from is on the PVC, where cache_dir
+    would put it with no HF_HOME at all: one copy per volume, found by every rank, every run
+    and the next stage; a stage without --init_from needs none."""
+    from gpt.config.configs import InitFromConfig
+    from gpt.fetch.model_source import cache_dir
+
+    for stage in STAGES.values():
+        (container,) = pod_spec(RUNTIMES[stage.runtime])["containers"]
+        env = {e["name"]: e.get("value") for e in container.get("env", [])}
+        if not issubclass(stage.config, InitFromConfig):
+            assert "HF_HOME" not in env, stage.name
+            continue
+        (mount,) = [m["mountPath"] for m in container["volumeMounts"] if m["name"] == "gpt"]
+        monkeypatch.delenv("HF_HOME", raising=False)
+        on_volume = cache_dir(mount)
+        monkeypatch.setenv("HF_HOME", env["HF_HOME"])
+        assert cache_dir(mount) == on_volume, stage.name
+
+
 def test_the_runtimes_follow_the_sdk_shape_and_share_the_pvc():
     assert set(RUNTIMES) == {stage.runtime for stage in STAGES.values()}
     for name, rt in RUNTIMES.items():

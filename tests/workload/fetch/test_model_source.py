@@ -49,6 +49,41 @@ def test_the_hub_cache_on_the_volume_is_read_offline(tmp_path):
     assert got.path.is_relative_to(tmp_path / ".cache" / "huggingface" / "hub")
 
 
+@pytest.mark.parametrize("variable, cache", [
+    ("HF_HOME", "hf-home/hub"),
+    ("HF_HUB_CACHE", "hub-cache"),
+    ("HUGGINGFACE_HUB_CACHE", "hub-cache"),
+])  # fmt: skip
+def test_the_users_hub_cache_is_read_offline(tmp_path, monkeypatch, variable, cache):
+    """GPT-2 where `huggingface-cli download` or any transformers script leaves it, under the
+    user's HF_HOME (or HF_HUB_CACHE): found there with HF_HUB_OFFLINE=1, nothing written under
+    the run root. huggingface_hub's own cache reader lists the same snapshot."""
+    import huggingface_hub
+
+    setting = tmp_path / cache.removesuffix("/hub")
+    monkeypatch.setenv(variable, str(setting))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    hub_cache(tmp_path / cache, "openai-community/gpt2", folder(tmp_path / "f"), COMMIT)
+    seen = huggingface_hub.scan_cache_dir(tmp_path / cache)
+    assert [(r.repo_id, [v.commit_hash for v in r.revisions]) for r in seen.repos] == [
+        ("openai-community/gpt2", [COMMIT])]
+    root = tmp_path / "root"
+    said = []
+    got = fetch("gpt2", root, MODEL_FILES, say=said.append)
+    assert got.revision == COMMIT and got.path.is_relative_to(tmp_path / cache)
+    assert (got.path / "model.safetensors").read_bytes() == b"weights"
+    assert f"cache {tmp_path / cache}, offline" in said[0]
+    assert not root.exists()
+
+
+def test_hub_cache_takes_hf_hub_cache_before_hf_home_before_the_volume(tmp_path, monkeypatch):
+    assert cache_dir(tmp_path) == tmp_path / ".cache" / "huggingface" / "hub"
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "home"))
+    assert cache_dir(tmp_path) == tmp_path / "home" / "hub"
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "cache"))
+    assert cache_dir(tmp_path) == tmp_path / "cache"
+
+
 def test_hf_hub_offline_without_a_copy_is_one_line(tmp_path, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     with pytest.raises(InputError) as e:
