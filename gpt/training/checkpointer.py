@@ -13,6 +13,7 @@ import torch
 from gpt.config.configs import TrainConfig
 from gpt.distributed.world import World
 from gpt.errors import InputError
+from gpt.fetch.model_source import parse as parse_init_from
 from gpt.models.model import GPT
 from gpt.training import checkpoint_files, report
 from gpt.training.batches import TokenData
@@ -71,9 +72,25 @@ class Checkpointer:
         ):
             if changed := diff(before, now):
                 raise InputError(f"{path}: trained {what} ({'; '.join(changed)}); {hint}")
+        self._check_same_start(path, saved)
         flags = {k: v for k, v in vars(self.cfg).items() if k not in ("root", "run", "resume")}
         if changed := diff(saved.config, flags):
             self.log(f"resuming with changed flags: {'; '.join(changed)}")
+
+    def _check_same_start(self, path: Path, saved: CheckpointState) -> None:
+        """What the run started from is an input like its data: resuming from another
+        --init_from (or none, or a folder since gone under another name) would go on training
+        weights that did not come from it, and say so in the export."""
+        if "init_from" not in saved.config:  # a checkpoint from before --init_from
+            return
+        before, now = saved.config["init_from"], self.cfg.init_from
+        if before == now or (before and now and parse_init_from(before).canonical
+                             == parse_init_from(now).canonical):  # fmt: skip
+            return
+        started = f"--init_from {before!r}" if before else "random weights (no --init_from)"
+        raise InputError(f"--init_from {now!r}: run {self.cfg.run!r} started from {started} "
+                         f"(its checkpoint {path.name}); give that to resume it, or start over "
+                         "with --resume never")
 
     def clock_due(self) -> bool:
         """Whether ckpt_interval_s passed since the last checkpoint by rank 0's clock (False on

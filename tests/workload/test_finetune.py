@@ -189,6 +189,37 @@ def test_fine_tuning_an_earlier_runs_model_keeps_its_vocabulary(earlier, tmp_pat
     assert tuned.startswith(str(earlier.model_dir.resolve()))
 
 
+@pytest.mark.parametrize("given", ["another-folder", "missing-folder", None])
+def test_a_run_resumes_only_from_what_it_started_from(earlier, gpt2_root, tmp_path, capsys,
+                                                       given):  # fmt: skip
+    """A run with a checkpoint, given another --init_from (another model, a folder that does
+    not exist, or none): refused in one line naming both, nothing trained; --resume never
+    starts it over from the new one."""
+    shutil.copytree(earlier.path, tmp_path / "earlier")
+    run = RunDir.of(tmp_path, "earlier")
+    latest = (run.ckpt_dir / "LATEST").read_text().strip()
+    folder = str(gpt2_root / "gpt2-folder")
+    another = shutil.copytree(folder, tmp_path / "another")  # the same model, elsewhere
+    init_from = {"another-folder": ["--init_from", str(another)], None: [],
+                 "missing-folder": ["--init_from", str(tmp_path / "gone")]}[given]  # fmt: skip
+    capsys.readouterr()
+    code = in_process("train-gpt", "--root", str(tmp_path), "--run", "earlier", *init_from,
+                      *as_flags(TINY_FINETUNE), "--max_iters", "3")  # fmt: skip
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1, err
+    new = init_from[1] if init_from else ""
+    assert err[0].endswith(f"--init_from {new!r}: run 'earlier' started from --init_from "
+                           f"{folder!r} (its checkpoint {latest}); give that to resume it, or "
+                           "start over with --resume never")
+    assert (run.ckpt_dir / "LATEST").read_text().strip() == latest
+    if given == "another-folder":
+        assert in_process("train-gpt", "--root", str(tmp_path), "--run", "earlier", *init_from,
+                          *as_flags(TINY_FINETUNE), "--max_iters", "3", "--resume",
+                          "never") == 0  # fmt: skip
+        record = json.loads(run.init_from_json.read_text())
+        assert record["init_from"] == str(another)
+
+
 def test_a_sigkilled_fine_tuning_resumes_bit_exactly_without_the_pretrained_model(
         gpt2_root, tmp_path):  # fmt: skip
     """Killed after iteration 3 (a checkpoint at 2), resumed with the pretrained folder gone:
