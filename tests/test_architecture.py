@@ -145,6 +145,16 @@ def test_the_configs_and_the_model_stay_off_the_stages_work():
             assert not deps & {"models", "training", "generation"}, (name, deps)
 
 
+def test_every_room_is_a_package_the_images_install():
+    """pyproject's `packages.find` (not find_namespace) installs a folder only with its
+    __init__.py: without one, a room imports here (the checkout is on sys.path) and is missing
+    from the images' non-editable install."""
+    for package in PACKAGES:
+        for folder in (PROJECT / package).rglob("*"):
+            if folder.is_dir() and any(folder.glob("*.py")):
+                assert (folder / "__init__.py").is_file(), f"{folder}: no __init__.py"
+
+
 def test_each_stage_is_one_row_with_its_names_derived():
     for name, stage in STAGES.items():
         assert stage.name == name

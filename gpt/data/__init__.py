@@ -1,4 +1,4 @@
-"""load-corpus's data path and train-gpt's batches: where a text comes from (sources.py,
-objectstore.py for s3:// and gs://), how it is cleaned (cleaning.py) and tokenized into token files
-in bounded memory (tokenizer.py, tokenfiles.py, progress.py), and the batches read back from them
-(batches.py)."""
+"""load-corpus's work, the corpus path: the stage (corpus.py) reads a text from where it comes
+from (sources.py; records of JSON Lines and Parquet, records.py; formats and decompression,
+formats.py; read ahead on a thread, ahead.py), cleans it (cleaning.py) and tokenizes it into
+token files in bounded memory (tokenfiles.py)."""
