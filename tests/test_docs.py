@@ -254,3 +254,37 @@ def test_the_layer_table_names_every_component_module():
              if p.name != "__init__.py"}  # fmt: skip
     assert named == there, (f"the layer table's components/ row names {sorted(named - there)} "
                             f"and leaves out {sorted(there - named)}")
+
+
+def rooms_of(folder: Path) -> set[str]:
+    return {f"{p.name}/" for p in folder.iterdir() if p.is_dir() and any(p.glob("*.py"))}
+
+
+def test_the_readme_names_every_room_of_gpt():
+    readme = " ".join((PROJECT / "README.md").read_text().split())
+    said = re.search(r"a folder per concern beneath \(([^)]*)\)", readme)
+    assert said, "README.md no longer lists gpt/'s folders"
+    named = set(re.findall(r"`([\w/]+)`", said.group(1)))
+    there = rooms_of(PROJECT / "gpt")
+    assert named == there, (f"README.md's layout names {sorted(named - there)} and leaves out "
+                            f"{sorted(there - named)} of gpt/")  # fmt: skip
+
+
+def test_the_tests_table_names_every_folder_of_tests_workload():
+    """The row of tests/'s table that names what tests gpt/: `workload/` and its room folders."""
+    row = [line for line in ARCHITECTURE.splitlines() if line.startswith("| `workload/` (and ")]
+    assert len(row) == 1, "docs/architecture.md's tests table has no workload/ row"
+    named = set(re.findall(r"`([\w/]+)`", row[0].split(" | ")[0])) - {"workload/"}
+    there = rooms_of(PROJECT / "tests" / "workload")
+    assert named == there, (f"the tests table's workload/ row names {sorted(named - there)} and "
+                            f"leaves out {sorted(there - named)}")  # fmt: skip
+
+
+def test_architecture_md_names_every_module_tests_share():
+    """"What tests share" and "The test cluster" name each module of tests/support/."""
+    sections = ARCHITECTURE.split("\n## What tests share", 1)[1].split("\n## Traps", 1)[0]
+    named = set(re.findall(r"[\w.]+\.py|\w+/", sections))
+    support = PROJECT / "tests" / "support"
+    there = {p.name for p in [*support.glob("*.py"), *(support / "cluster").glob("*.py")]
+             if p.name != "__init__.py"} | rooms_of(support)  # fmt: skip
+    assert not there - named, f"docs/architecture.md leaves out {sorted(there - named)}"
