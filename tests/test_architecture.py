@@ -11,6 +11,7 @@ import ast
 from pathlib import Path
 
 import pytest
+from support.layers import GPT_LAYERS
 from support.paths import PROJECT
 
 from gpt.stages import STAGES
@@ -19,19 +20,6 @@ TESTS = PROJECT / "tests"
 PACKAGES = ("gpt", "components", "pipeline")
 # A package may import only those after it: pipeline/ -> components/ -> gpt/.
 ORDER = {"pipeline": 0, "components": 1, "gpt": 2}
-# Inside gpt/, its rooms (a subpackage, or a module at its top) in layers, each importing only
-# its own room and the layers below it; docs/architecture.md draws the same. A new room must be
-# placed here.
-GPT_LAYERS = [
-    {"__main__", *(s.name.replace("-", "_") for s in STAGES.values())},  # the command, the stages
-    {"training", "generation", "data"},  # each stage's work: train-gpt's, generative-prompt's,
-    {"models"},                          # load-corpus's (the corpus path)
-    {"stages"},
-    {"config"},
-    {"fetch", "tokenizer", "distributed"},
-    {"rundir"},
-    {"errors", "cores", "progress"},
-]
 
 
 def modules() -> dict[str, Path]:

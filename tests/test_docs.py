@@ -14,6 +14,7 @@ import re
 from pathlib import Path
 
 import pytest
+from support.layers import GPT_LAYERS
 from support.paths import PROJECT
 
 from gpt.config import configs
@@ -159,6 +160,19 @@ def gpt_tree() -> tuple[set[str], set[str]]:
             else:
                 modules.add(f"gpt/{room}/{name}" if room else f"gpt/{name}")
     return rooms, modules
+
+
+def test_the_map_of_gpt_draws_its_rooms_in_their_layers():
+    """The map's indentation is the import layers (a room imports only the rooms drawn deeper):
+    each room, and each module at gpt/'s top, indented as deep as its layer in GPT_LAYERS."""
+    block = ARCHITECTURE.split("\n```\ngpt/\n", 1)[1].split("\n```\n", 1)[0]
+    drawn = {}
+    for line in block.splitlines():
+        if m := re.match(r"( *)(\w+)(?:/(?= |$)|\.py(?=  |$))", line):
+            drawn[m.group(2)] = len(m.group(1))
+    depths = sorted(set(drawn.values()))
+    layer_of = {room: n for n, layer in enumerate(GPT_LAYERS) for room in layer}
+    assert {room: depths.index(d) for room, d in drawn.items()} == layer_of
 
 
 def test_the_map_of_gpt_draws_what_is_there():
