@@ -26,7 +26,7 @@ from gpt.models.export import save_export
 from gpt.models.model import GPT
 from gpt.rundir.layout import DataMeta
 from gpt.tokenizer.kinds import load_tokenizer
-from gpt.training.resume_rule import resolve_unset
+from gpt.training.recipe import finish
 
 NEW_TOKENS = 256
 PROMPT_TOKENS = 16
@@ -41,7 +41,7 @@ def run(quick: bool) -> Result:
         prompt = np.memmap(rundir.val_bin, dtype=meta.dtype, mode="r")[:PROMPT_TOKENS].tolist()
         tokenizer = load_tokenizer(rundir.tokenizer_json)
         torch.manual_seed(0)
-        config = resolve_unset(TrainConfig(), meta.vocab_size, meta.train_tokens).model
+        config = finish(TrainConfig(), meta.vocab_size, meta.train_tokens).model
         model = GPT(config).to(device).eval()
         save_export(model, tokenizer, Path(root) / "model")
         theirs = hf_model(Path(root) / "model", device)

@@ -101,7 +101,7 @@ def measure(cfg, variant: Variant, cuda: bool) -> dict[str, Any]:
             losses = []
 
             def step() -> None:
-                losses.append(trainer._train_iteration(cfg.learning_rate))
+                losses.append(trainer._train_iteration(trainer.cfg.learning_rate))
                 trainer.state.step += 1
 
             t0 = time.perf_counter()

@@ -15,12 +15,12 @@ import tempfile
 
 from bench.harness import Result, Stats, fmt_stats, repeat, timed
 from gpt.config.configs import GPTConfig, TrainConfig
-from gpt.training.resume_rule import resolve_unset
+from gpt.training.recipe import finish
 
 # The default model's vocabulary: the compacted GPT-2 tokenizer on the embedded corpus is at most
 # max_vocab (8192) ids; its training split is 25,648 tokens.
 MODELS = {
-    "default (4 x 128)": resolve_unset(TrainConfig(), 8192, train_tokens=25_648).model,
+    "default (4 x 128)": finish(TrainConfig(), 8192, train_tokens=25_648).model,
     "GPT-2 124M (12 x 768)": GPTConfig(n_layer=12, n_head=12, n_embd=768, block_size=1024,
                                        vocab_size=50257, dropout=0.0),  # fmt: skip
 }
@@ -35,7 +35,8 @@ def _trained(config: GPTConfig):
 
     torch.manual_seed(0)
     model = GPT(config)
-    optimizer = build_optimizer(model, TrainConfig(), torch.device("cpu"))
+    cfg = finish(TrainConfig(), config.vocab_size, train_tokens=25_648).config
+    optimizer = build_optimizer(model, cfg, torch.device("cpu"))
     x = torch.randint(0, config.vocab_size, (1, 64))
     _, loss = model(x, x)
     loss.backward()

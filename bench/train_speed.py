@@ -54,7 +54,7 @@ def measure(cfg: TrainConfig, case: Case, warmup: int, windows: int, steps: int)
             def step() -> None:
                 # _train_iteration ends on a .item() of the loss: on CUDA the clock waits for the
                 # GPU.
-                trainer._train_iteration(cfg.learning_rate)
+                trainer._train_iteration(trainer.cfg.learning_rate)
                 trainer.state.step += 1  # the next iteration draws the next batch, as in fit()
 
             first_s = timed(step)

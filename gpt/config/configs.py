@@ -50,11 +50,6 @@ class RunConfig:
 # The longest byte n-grams --spelling takes: longer ones are nearly whole tokens, rows of
 # their own that share nothing.
 MAX_SPELLING = 4
-# --spelling when unset (for a new run): bytes and byte pairs. On the default corpus it ends
-# 0.03 bits per byte lower (mean of three seeds), and the plays reach nanoGPT's quality at
-# iteration 75 instead of 120, for ~2-6% more time per iteration; byte triples added nothing
-# (bench/recipe_trials.md, issue 22).
-DEFAULT_SPELLING = 2
 
 
 @dataclass
@@ -113,7 +108,7 @@ class ModelConfig(ContextConfig):
     adds the vocabulary size, which comes from the data. Left unset, a shape flag is
     DEFAULT_SHAPE's (the training recipe's, bench/recipe_trials.md: nanoGPT's CPU "baby GPT"
     shape with dropout for a small corpus), or, with --init_from, the pretrained model's; a
-    resumed run keeps what it started with (gpt/training/resume_rule.py)."""
+    resumed run keeps what it started with (gpt/training/recipe.py)."""
 
     n_layer: int | None = None
     """Number of transformer blocks (unset: 4, or --init_from's)."""
@@ -242,46 +237,6 @@ class GPTConfig(ModelConfig):
         check_positive_int("vocab_size", self.vocab_size)
 
 
-# Dropout when --dropout is unset and the run sees its training tokens more than once.
-DROPOUT_REPEATED = 0.2
-# Warmup when --warmup_iters is unset, for runs of 120 iterations or more (a quarter of shorter
-# ones): 30 iterations reach a given quality sooner than 100 and end within the seeds'
-# spread of it (bench/recipe_trials.md, issue 22).
-DEFAULT_WARMUP_ITERS = 30
-# The weight average when --ema_decay is unset: this decay for a run of at least EMA_MIN_ITERS
-# iterations that passes over its training split at least EMA_MIN_PASSES times, else none
-# (bench/recipe_trials.md: it helped only there).
-DEFAULT_EMA_DECAY = 0.995
-EMA_MIN_PASSES = 4
-EMA_MIN_ITERS = 600  # three averaging horizons, 3 / (1 - DEFAULT_EMA_DECAY)
-
-
-# The fine-tuning recipe: what unset flags become with --init_from (docs/stages.md says why).
-# A decaying rate: 5e-4 at the default model's width (FINETUNE_LR_WIDTH; a wider model's
-# smaller, finetune_lr), cosine to a tenth of it (MIN_LR_FRACTION), with
-# no warmup (the weights are not random: no early instability to wait out); dropout by from
-# scratch's rule (gpt/training/resume_rule.py). Measured on the default model pretrained on the
-# 41 plays, fine-tuned on the comedy (bench/finetune.py, bench/recipe_trials.md): it reaches
-# from scratch's final bits per byte at iteration 100 of 600 and ends 0.075 below it; a peak of
-# 1e-3 got there at 50 but overfitted (0.015 below), 3e-4 at 125, the constant 1e-4 of before
-# at 275; at 1e-3, dropout 0.1 (the recipe before) ended above from scratch, 0.2 below.
-FINETUNE_LR = 5e-4
-FINETUNE_LR_WIDTH = 128
-FINETUNE_WARMUP_ITERS = 0
-LEARNING_RATE = 1e-3  # from scratch
-MIN_LR = 1e-4
-MIN_LR_FRACTION = 0.1  # --init_from: where the decay ends, a fraction of the peak (as from scratch)
-
-
-def finetune_lr(n_embd: int) -> float:
-    """--init_from's unset peak learning rate for a model `n_embd` wide: FINETUNE_LR at the
-    default model's width, scaled as 1 / width (Adam moves every weight by about the rate, so a
-    wider layer's output moves more: muP's rule for hidden layers). GPT-2 (768 wide) 8.3e-5,
-    gpt2-xl (1600) 4e-5, the range GPT-2 is fine-tuned at (nanoGPT: 3e-5 constant for gpt2-xl);
-    measured at 128 only (bench/finetune.py)."""
-    return FINETUNE_LR * FINETUNE_LR_WIDTH / n_embd
-
-
 @dataclass
 class TrainConfig(InitFromConfig, SeedConfig, ModelConfig, RunConfig):
     """train-gpt's flags: the run directory, the model (ModelConfig), and these."""
@@ -306,7 +261,7 @@ class TrainConfig(InitFromConfig, SeedConfig, ModelConfig, RunConfig):
     sets none."""
     learning_rate: float | None = None
     """Peak learning rate, reached after warmup_iters (unset: 1e-3; with --init_from
-    finetune_lr of the model's width, 5e-4 at 128, once the model is read: `with_width`)."""
+    finetune_lr of the model's width, 5e-4 at 128: gpt/training/recipe.py)."""
     min_lr: float | None = None
     """Learning rate at the end of the cosine decay (unset: 1e-4; with --init_from a tenth of
     the learning rate, MIN_LR_FRACTION)."""
@@ -377,7 +332,6 @@ class TrainConfig(InitFromConfig, SeedConfig, ModelConfig, RunConfig):
         if not self.init_from:  # else the pretrained model's shape fills the unset flags
             shape = self.shape_with(DEFAULT_SHAPE)
             check_heads(shape["n_embd"], shape["n_head"], shape["position"])
-        self._finetuning_or_default()
         positive = ("batch_size", "grad_accum", "max_iters", "eval_interval", "eval_iters",
                     "log_interval", "ckpt_interval", "keep_last")
         for name in positive:
@@ -385,7 +339,8 @@ class TrainConfig(InitFromConfig, SeedConfig, ModelConfig, RunConfig):
         if self.batch_size % self.grad_accum:
             raise ValueError(f"--batch_size {self.batch_size}: must be divisible by "
                              f"--grad_accum {self.grad_accum}")
-        if not isinstance(self.warmup_iters, int) or not 0 <= self.warmup_iters < self.max_iters:
+        if self.warmup_iters is not None and (not isinstance(self.warmup_iters, int)
+                                              or not 0 <= self.warmup_iters < self.max_iters):
             raise ValueError(
                 f"--warmup_iters {self.warmup_iters}: must be in [0, --max_iters {self.max_iters})"
             )
@@ -394,7 +349,7 @@ class TrainConfig(InitFromConfig, SeedConfig, ModelConfig, RunConfig):
         if not self.ckpt_interval_s >= 0:
             raise ValueError(f"--ckpt_interval_s {self.ckpt_interval_s}: must be >= 0 "
                              "(0 = iterations only)")
-        self._check_rates()
+        check_rates(self.learning_rate, self.min_lr)
         if not 0 < self.beta2 < 1:
             raise ValueError(f"--beta2 {self.beta2}: must be in (0, 1)")
         if self.ema_decay is not None and not 0 <= self.ema_decay < 1:
@@ -408,40 +363,29 @@ class TrainConfig(InitFromConfig, SeedConfig, ModelConfig, RunConfig):
             raise ValueError("--fused_loss true: computes the chunked loss; leave --chunked_loss "
                              "unset or true")
 
-    def _finetuning_or_default(self) -> None:
-        """The schedule's unset flags: the fine-tuning recipe with --init_from, else training
-        from scratch's. (Dropout, which a resumed run keeps, is gpt/training/resume_rule.py's.)"""
-        tuning = bool(self.init_from)
-        if tuning:  # the peak needs the width: the pretrained model's, unless given
-            self._finetuning_rates(self.n_embd)
-        else:
-            self.learning_rate = LEARNING_RATE if self.learning_rate is None else self.learning_rate
-            self.min_lr = MIN_LR if self.min_lr is None else self.min_lr
-        if self.warmup_iters is None:
-            self.warmup_iters = (FINETUNE_WARMUP_ITERS if tuning
-                                 else min(DEFAULT_WARMUP_ITERS, self.max_iters // 4))  # fmt: skip
+    def __setattr__(self, name: str, value: Any) -> None:
+        if self.__dict__.get("_finished"):
+            raise dataclasses.FrozenInstanceError(
+                f"cannot assign to field {name!r}: the run's config is finished "
+                "(gpt/training/recipe.py)")
+        super().__setattr__(name, value)
 
-    def with_width(self, n_embd: int) -> None:
-        """--init_from's unset rates for a model `n_embd` wide: the peak finetune_lr(n_embd),
-        the end MIN_LR_FRACTION of it. Train-gpt calls it once the model's width is known."""
-        self._finetuning_rates(n_embd)
-        self._check_rates()
+    def finished(self) -> TrainConfig:
+        """This config, read-only from now on: what gpt/training/recipe.py returns once it has
+        decided every unset flag. (The mark is no field: `dataclasses.replace` makes a config
+        that may change again, and no saved flags carry it.)"""
+        object.__setattr__(self, "_finished", True)
+        return self
 
-    def _finetuning_rates(self, n_embd: int | None) -> None:
-        """The unset rates that can be decided: the peak once the width is known (None: not
-        yet), the end once the peak is."""
-        if self.learning_rate is None and n_embd is not None:
-            self.learning_rate = finetune_lr(n_embd)
-        if self.min_lr is None and self.learning_rate is not None:
-            self.min_lr = self.learning_rate * MIN_LR_FRACTION
 
-    def _check_rates(self) -> None:
-        """The rates given or decided (with --init_from, unset ones wait for the width)."""
-        lr, min_lr = self.learning_rate, self.min_lr
-        if lr is not None and not lr > 0:
-            raise ValueError(f"--learning_rate {lr}: must be > 0")
-        if min_lr is not None and not 0 <= min_lr <= (math.inf if lr is None else lr):
-            raise ValueError(f"--min_lr {min_lr}: must be in [0, --learning_rate]")
+def check_rates(learning_rate: float | None, min_lr: float | None) -> None:
+    """Refuse rates no schedule can take: a peak that is not positive, an end outside
+    [0, peak] (either may still be unset: then only the other is checked)."""
+    if learning_rate is not None and not learning_rate > 0:
+        raise ValueError(f"--learning_rate {learning_rate}: must be > 0")
+    if min_lr is not None and not 0 <= min_lr <= (
+            math.inf if learning_rate is None else learning_rate):  # fmt: skip
+        raise ValueError(f"--min_lr {min_lr}: must be in [0, --learning_rate]")
 
 
 @dataclass

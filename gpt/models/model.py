@@ -250,13 +250,12 @@ class GPT(nn.Module):
     which is what inference and the export use:
     `export.export_weights` writes the spelled matrix out as one."""
 
-    chunked_loss: bool | None = None
+    chunked_loss: bool = False
     """Whether `forward` computes the loss of `targets` in chunks of positions
     (`gpt.models.loss.linear_cross_entropy`), never forming the whole (B, T, padded vocab) logits,
-    and returns no logits with it (train-gpt's --chunked_loss). None: on CUDA, where those logits
-    and their float32 copies are a training iteration's largest tensors (13.2 GB each at
-    GPT-2's shape, 64 sequences a micro-batch); not on a CPU, whose runs keep their bits (the
-    chunks sum in another order) and whose small vocabularies gain nothing from it."""
+    and returns no logits with it (train-gpt's --chunked_loss, which gpt/training/recipe.py
+    turns on for CUDA, where those logits and their float32 copies are a training iteration's
+    largest tensors: 13.2 GB each at GPT-2's shape, 64 sequences a micro-batch)."""
     fused_loss: bool = False
     """Whether that chunked loss computes each chunk's cross-entropy in one Triton kernel
     (gpt/models/fused_loss.py, train-gpt's --fused_loss; CUDA only): then the loss is chunked
@@ -398,10 +397,7 @@ class GPT(nn.Module):
         x = self.transformer.ln_f(x)
         if cache is not None:
             cache.advance(T)
-        chunked = self.chunked_loss
-        if chunked is None:
-            chunked = x.device.type == "cuda"
-        if targets is not None and (chunked or self.fused_loss):
+        if targets is not None and (self.chunked_loss or self.fused_loss):
             loss_of = linear_cross_entropy
             if self.fused_loss:  # imported only here: Triton, which the CPU image lacks
                 from gpt.models.fused_loss import fused_linear_cross_entropy as loss_of

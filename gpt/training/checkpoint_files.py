@@ -31,11 +31,12 @@ import safetensors
 import safetensors.torch
 import torch
 
-from gpt.config.configs import DEFAULT_EMA_DECAY, GPTConfig
+from gpt.config.configs import GPTConfig
 from gpt.errors import InputError, first_line
 from gpt.rundir import atomic
 from gpt.rundir.layout import RunDir
 from gpt.training import faults
+from gpt.training.recipe import DEFAULT_EMA_DECAY
 
 MODEL, OPTIMIZER, STATE, RNG = "model.safetensors", "optimizer.pt", "state.json", "rng.json"
 FILES = (MODEL, OPTIMIZER, STATE, RNG)  # every checkpoint has these
@@ -71,7 +72,7 @@ class CheckpointState:
     train: TrainState
     """The progress: iterations, training time, tokens."""
     model: GPTConfig
-    """The model as built, its unset flags resolved (gpt/training/resume_rule.py): a resumed run
+    """The model as built, its unset flags resolved (gpt/training/recipe.py): a resumed run
     keeps its dropout and spelling, and must have the same shape."""
     ema_decay: float
     """The weight average's decay per iteration, 0 for none: a resumed run keeps it."""

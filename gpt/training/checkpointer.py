@@ -73,7 +73,8 @@ class Checkpointer:
             if changed := diff(before, now):
                 raise InputError(f"{path}: trained {what} ({'; '.join(changed)}); {hint}")
         self._check_same_start(path, saved)
-        flags = {k: v for k, v in vars(self.cfg).items() if k not in ("root", "run", "resume")}
+        flags = {k: v for k, v in dataclasses.asdict(self.cfg).items()
+                 if k not in ("root", "run", "resume")}
         if changed := diff(saved.config, flags):
             self.log(f"resuming with changed flags: {'; '.join(changed)}")
 

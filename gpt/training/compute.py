@@ -1,13 +1,13 @@
 """How train-gpt computes on its device: the model its training iteration runs (compiled or not,
 wrapped by DDP under torchrun), bfloat16 autocast, and whether training fits the device's
-memory. Where --compile is unset, and what --dtype auto means, is decided here."""
+memory; and what the recipe needs to know of the device (`device_facts`: what unset --compile
+and --dtype auto become is gpt/training/recipe.py's)."""
 
 from __future__ import annotations
 
 import contextlib
 import os
 import shutil
-from collections.abc import Callable
 
 import torch
 from torch.nn.parallel import DistributedDataParallel as DDP
@@ -16,6 +16,7 @@ from gpt.config.configs import TrainConfig
 from gpt.distributed.world import World
 from gpt.errors import InputError
 from gpt.models.model import GPT
+from gpt.training.recipe import Device
 
 
 def c_compiler() -> str | None:
@@ -24,16 +25,18 @@ def c_compiler() -> str | None:
     return os.environ.get("CC") or shutil.which("gcc") or shutil.which("clang")
 
 
-def build_training_model(model: GPT, world: World, compiled: bool | None,
-                     log: Callable[[str], None]) -> torch.nn.Module:
-    """The model the training iteration runs: compiled (--compile; unset: on CUDA, if Triton can
-    build its kernel launchers there), then wrapped by DDP under torchrun."""
-    cuda = world.device.type == "cuda"
-    if compiled is None:
-        compiled = cuda and c_compiler() is not None
-        if cuda and not compiled:
-            log("train-gpt: not compiling, as Triton finds no C compiler ($CC, gcc or "
-                "clang) to build kernels with; install one, or pass --compile false")
+def device_facts(device: torch.device) -> Device:
+    """What the recipe decides from: the device's kind and name, whether it has bfloat16,
+    whether Triton can build kernels there."""
+    cuda = device.type == "cuda"
+    return Device(type=device.type, name=torch.cuda.get_device_name(device) if cuda else "cpu",
+                  bf16=not cuda or torch.cuda.is_bf16_supported(),
+                  c_compiler=c_compiler() is not None)
+
+
+def build_training_model(model: GPT, world: World, compiled: bool) -> torch.nn.Module:
+    """The model the training iteration runs: compiled (--compile), then wrapped by DDP under
+    torchrun."""
     training_model = torch.compile(model) if compiled else model
     # Every buffer is a constant of the config and the tokenizer (rotary tables, the
     # spelling, the padding mask), equal on every rank from the start: DDP's default would
@@ -41,17 +44,11 @@ def build_training_model(model: GPT, world: World, compiled: bool | None,
     return DDP(training_model, broadcast_buffers=False) if world.distributed else training_model
 
 
-def use_bf16(dtype: str, device: torch.device) -> bool:
-    """Whether --dtype means bfloat16 autocast on `device` (auto: on CUDA where it has bfloat16);
-    --dtype float32 also turns TF32 off."""
-    cuda = device.type == "cuda"
-    has_bf16 = not cuda or torch.cuda.is_bf16_supported()
-    if dtype == "bfloat16" and not has_bf16:
-        raise InputError(f"--dtype bfloat16: {torch.cuda.get_device_name()} has no bfloat16; "
-                         "use --dtype float32")
+def use_bf16(dtype: str) -> bool:
+    """Whether the finished --dtype is bfloat16 autocast; float32 also turns TF32 off."""
     if dtype == "float32":
-        torch.set_float32_matmul_precision("highest")  # asked for: no TF32 either
-    return dtype == "bfloat16" or (dtype == "auto" and cuda and has_bf16)
+        torch.set_float32_matmul_precision("highest")  # no TF32 either
+    return dtype == "bfloat16"
 
 
 def autocast(bf16: bool, device: torch.device) -> contextlib.AbstractContextManager:
@@ -119,8 +116,7 @@ def check_memory(model: GPT, cfg: TrainConfig, world: World, micro_batch: int) -
     micro-batch keeps for backward (estimated by `training_bytes`)."""
     total = device_memory(world.device)
     cuda = world.device.type == "cuda"
-    chunked = cfg.fused_loss or (cuda if cfg.chunked_loss is None else cfg.chunked_loss)
-    need = training_bytes(model, micro_batch, use_bf16(cfg.dtype, world.device), chunked, cuda)
+    need = training_bytes(model, micro_batch, cfg.dtype == "bfloat16", cfg.chunked_loss, cuda)
     if total and need > total:
         raise InputError(
             f"{model.describe().split(':')[0]} need about {need / 2**30:.1f} GiB to train "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shlex
 from dataclasses import dataclass
@@ -43,7 +44,7 @@ def summary(cfg: TrainConfig, st: TrainState, val: dict[str, float], model: str,
             where: str, started_from: str = "") -> Summary:
     """The summary of a run with flags `cfg` that ended at `st` with validation losses `val`,
     of `model` on `data`, trained on `where` (the processes and device)."""
-    flags = {k: v for k, v in vars(cfg).items() if k not in ("root", "run")}
+    flags = {k: v for k, v in dataclasses.asdict(cfg).items() if k not in ("root", "run")}
     return Summary(
         model=model,
         data=data,

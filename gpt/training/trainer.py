@@ -5,8 +5,8 @@ Under torchrun every rank builds the same model from the same seed, trains its s
 iteration's windows, and DDP averages the gradients; rank 0 alone writes files. What a restart needs
 beyond weights, optimizer and RNGs is a checkpoint's `CheckpointState`
 (gpt/training/checkpoint_files.py);
-what the run's unset --dropout, --spelling and --ema_decay become, new or resumed,
-gpt/training/resume_rule.py decides.
+what every unset flag becomes, new, fine-tuned or resumed, gpt/training/recipe.py decides
+before the model is built: the trainer runs on its finished config.
 
 The loop is `Trainer`; what it calls lives beside it: optimizer.py (AdamW, the learning-rate
 schedule), compute.py (compile, DDP, bfloat16), evaluation.py, checkpointer.py (what a checkpoint
@@ -27,7 +27,6 @@ import torch
 
 from gpt.config.configs import TrainConfig
 from gpt.distributed.world import World
-from gpt.errors import InputError
 from gpt.fetch.objectstore import Store
 from gpt.models import pretrained
 from gpt.models.export import load_unpadded, save_export
@@ -44,6 +43,7 @@ from gpt.training.compute import (
     build_training_model,
     check_fused_loss,
     check_memory,
+    device_facts,
     micro_batch_size,
     use_bf16,
 )
@@ -53,7 +53,7 @@ from gpt.training.evaluation import Evaluator
 from gpt.training.init_from import Start, recorded
 from gpt.training.metrics import TrainingProgress, duration, peak_flops
 from gpt.training.optimizer import build_optimizer, lr_at
-from gpt.training.resume_rule import resolve_unset
+from gpt.training.recipe import Recipe, finish
 from gpt.training.stopping import Stopped, StopRequest
 
 
@@ -97,30 +97,29 @@ def seed_everything(seed: int) -> None:
     random.seed(seed)
 
 
-def build_model(cfg: TrainConfig, data: TokenData, saved: CheckpointState | None,
-                start: Start | None = None) -> tuple[GPT, float]:
-    """The run's model, the same initial weights on every rank, and its weight average's decay
-    (0: none), as the flags, the data and the resumed checkpoint's state `saved` decide; a new
-    run's weights `start`'s pretrained ones (--init_from), whose width sets the fine-tuning
-    rates left unset (`cfg.with_width`)."""
-    if start is not None:
-        pretrained.check_flags(cfg, start.model.config)
-    resolved = resolve_unset(cfg, data.meta.vocab_size, data.meta.train_tokens, saved,
-                             start.model.config if start is not None else None)
+def build_model(recipe: Recipe, data: TokenData, start: Start | None = None) -> GPT:
+    """The run's model as its recipe says, the same initial weights on every rank; a new
+    fine-tuning run's weights `start`'s pretrained ones (--init_from)."""
+    cfg = recipe.config
     seed_everything(cfg.seed)
-    spelling = spelling_of(data.tokenizer, resolved.model.spelling,
-                           free_vectors(data.train_counts))
-    model = GPT(resolved.model, spelling)
+    spelling = spelling_of(data.tokenizer, recipe.model.spelling, free_vectors(data.train_counts))
+    model = GPT(recipe.model, spelling)
     model.chunked_loss = cfg.chunked_loss
     model.fused_loss = cfg.fused_loss
     if start is not None:
-        load_unpadded(model, pretrained.initial_weights(start.model, resolved.model, start.rows))
-    if cfg.init_from:  # the fine-tuning rates left unset follow the model's width
-        try:
-            cfg.with_width(model.config.n_embd)
-        except ValueError as e:
-            raise InputError(str(e)) from None
-    return model, resolved.ema_decay
+        load_unpadded(model, pretrained.initial_weights(start.model, recipe.model, start.rows))
+    return model
+
+
+def finished_config(cfg: TrainConfig, world: World, data: TokenData,
+                    saved: CheckpointState | None, start: Start | None) -> Recipe:
+    """`cfg` with every unset flag decided (gpt/training/recipe.py), before anything is built:
+    from the data, the device, the resumed checkpoint's state `saved`, and a new fine-tuning
+    run's pretrained model (`start`, whose flags must fit it)."""
+    if start is not None:
+        pretrained.check_flags(cfg, start.model.config)
+    return finish(cfg, data.meta.vocab_size, data.meta.train_tokens, saved,
+                  start.model.config if start is not None else None, device_facts(world.device))
 
 
 class Trainer:
@@ -132,7 +131,7 @@ class Trainer:
     says when each happens."""
 
     def __init__(self, cfg: TrainConfig, world: World, stop: StopRequest | None = None) -> None:
-        self.cfg, self.world, self.rundir = cfg, world, cfg.rundir
+        self.world, self.rundir = world, cfg.rundir
         self.stop = stop or StopRequest(TRAIN_GPT.prog)
         """Noted signals; `fit` answers one at the next iteration's end
         (gpt/training/stopping.py)."""
@@ -141,9 +140,6 @@ class Trainer:
         self.data = TokenData.load(self.rundir)
         self.data.check_block_size(cfg.block_size)
         self.micro_batch = micro_batch_size(cfg, world)
-        self.tokens_per_iter = cfg.batch_size * cfg.block_size
-        self.batches = Batches(self.data.train, cfg.block_size, cfg.batch_size, cfg.seed)
-        self.evaluator = Evaluator(self.data, cfg, world, self.micro_batch)
 
         latest = checkpoint_files.find_latest(self.rundir) if cfg.resume != "never" else None
         saved = checkpoint_files.read_state(latest) if latest is not None else None
@@ -151,11 +147,19 @@ class Trainer:
         start = None
         if cfg.init_from and saved is None:
             start = Start.of(cfg, world, self.data, self.rundir, self.log)
-        model, ema_decay = build_model(cfg, self.data, saved, start)
+        recipe = finished_config(cfg, world, self.data, saved, start)
+        for note in recipe.notes:
+            self.log(note)
+        self.cfg = cfg = recipe.config
+        """The finished flags (gpt/training/recipe.py): every unset one decided, read-only."""
+        self.tokens_per_iter = cfg.batch_size * cfg.block_size
+        self.batches = Batches(self.data.train, cfg.block_size, cfg.batch_size, cfg.seed)
+        self.evaluator = Evaluator(self.data, cfg, world, self.micro_batch)
+        model = build_model(recipe, self.data, start)
         check_memory(model, cfg, world, self.micro_batch)
         self.model = model.to(self.device)
         self.optimizer = build_optimizer(self.model, cfg, self.device)
-        self.average = WeightAverage(self.model, ema_decay) if ema_decay else None
+        self.average = WeightAverage(self.model, cfg.ema_decay) if cfg.ema_decay else None
         """The weights that evaluation and the export use, when there is an average."""
         self.divergence = Divergence(self.device)
         self.checkpointer = Checkpointer(cfg, world, self.data, self.model, self.optimizer,
@@ -169,8 +173,8 @@ class Trainer:
 
         # What runs the training iteration: maybe compiled, then wrapped by DDP. self.model stays
         # the plain module for evaluation, checkpoints and export.
-        self.training_model = build_training_model(self.model, world, cfg.compile, self.log)
-        self.bf16 = use_bf16(cfg.dtype, self.device)
+        self.training_model = build_training_model(self.model, world, cfg.compile)
+        self.bf16 = use_bf16(cfg.dtype)
         self.peak_flops = peak_flops(world, self.bf16)
         self.progress = TrainingProgress(cfg, self.tokens_per_iter,
                                          self.model.flops_per_token(), self.peak_flops, self.log)

@@ -319,9 +319,9 @@ def test_a_childs_peak_memory_is_its_own_not_that_of_the_process_it_was_spawned_
 def test_stop_checkpoint_times_the_checkpoint_a_sigterm_writes(monkeypatch):
     from bench import stop_checkpoint
     from gpt.config.configs import TrainConfig
-    from gpt.training.resume_rule import resolve_unset
+    from gpt.training.recipe import finish
 
-    model = resolve_unset(TrainConfig(n_layer=1, n_embd=32, n_head=2), 64, 1000).model
+    model = finish(TrainConfig(n_layer=1, n_embd=32, n_head=2), 64, 1000).model
     monkeypatch.setattr(stop_checkpoint, "MODELS", {"tiny": model})
     (row,) = stop_checkpoint.run(quick=True).rows
     # Weights and AdamW's two moments, float32: at least three copies of the parameters.

@@ -35,10 +35,11 @@ from support.runs import (
 
 from gpt.__main__ import main as gpt_main
 from gpt.config.cli import build_parser
-from gpt.config.configs import DROPOUT_REPEATED, FINETUNE_LR, TrainConfig
+from gpt.config.configs import TrainConfig
 from gpt.cores import usable_cores
 from gpt.distributed import world
 from gpt.distributed.world import World, setup
+from gpt.errors import InputError
 from gpt.models import loss as chunked
 from gpt.models.export import load_export
 from gpt.models.model import GPT, GPTConfig
@@ -50,7 +51,7 @@ from gpt.training import trainer as trainer_module
 from gpt.training.batches import Batches, count_ids, eval_offsets
 from gpt.training.divergence import NonFiniteLoss
 from gpt.training.optimizer import lr_at
-from gpt.training.resume_rule import resolve_unset
+from gpt.training.recipe import DROPOUT_REPEATED, FINETUNE_LR, finish
 from gpt.training.trainer import Trainer
 
 
@@ -170,7 +171,7 @@ def test_non_finite_loss_stops_with_the_weights_of_the_last_finite_iteration(
     write_data(root, "clean")
     clean = Trainer(dataclasses.replace(cfg, run="clean"), World())
     for iteration in range(7):
-        clean._train_iteration(lr_at(cfg, iteration))
+        clean._train_iteration(lr_at(clean.cfg, iteration))
         clean.state.step += 1
 
     trainer = Trainer(cfg, World())
@@ -217,7 +218,7 @@ def _iterations(cfg: TrainConfig, iterations: int, monkeypatch, per_micro_batch:
             patch.setattr(trainer_module, "IterationEmbedding", _PerMicroBatch)
         trainer = Trainer(cfg, World())
         for iteration in range(iterations):
-            trainer._train_iteration(lr_at(cfg, iteration))
+            trainer._train_iteration(lr_at(trainer.cfg, iteration))
             trainer.state.step += 1
     return trainer.model, len(builds)
 
@@ -344,43 +345,50 @@ def test_learning_rate_warms_up_then_decays_by_steps_alone() -> None:
     assert [lr_at(timed, s) for s in range(111)] == lrs
 
 
+def finished(*, width: int = 128, **flags) -> TrainConfig:
+    """The recipe's finished config of `flags` (with --init_from, from a pretrained model
+    `width` wide)."""
+    pre = GPTConfig(n_embd=width, n_head=4) if flags.get("init_from") else None
+    return finish(TrainConfig(**flags), 64, 10_000, None, pre).config
+
+
 def test_warmup_defaults_to_fit_a_short_run_and_an_explicit_one_is_checked() -> None:
-    assert TrainConfig().warmup_iters == 30
-    assert TrainConfig(max_iters=40).warmup_iters == 10
-    assert TrainConfig(max_iters=1).warmup_iters == 0
+    assert TrainConfig().warmup_iters is None  # unset until the recipe decides it
+    assert finished().warmup_iters == 30
+    assert finished(max_iters=40).warmup_iters == 10
+    assert finished(max_iters=1).warmup_iters == 0
     with pytest.raises(ValueError, match=r"^--warmup_iters 40: must be in \[0, --max_iters 40\)"):
         TrainConfig(max_iters=40, warmup_iters=40)
 
 
 def test_with_init_from_the_unset_schedule_is_the_fine_tuning_recipe() -> None:
-    """A peak of FINETUNE_LR at the default model's width (smaller as 1 / width, once the
-    pretrained model's is known), decaying to a tenth of it, no warmup; each flag given is kept,
-    and a given peak decays to a tenth of itself."""
-    tuned = TrainConfig(init_from="runs/earlier/model", max_iters=600)
-    assert (tuned.learning_rate, tuned.min_lr, tuned.warmup_iters) == (None, None, 0)
-    tuned.with_width(128)
+    """A peak of FINETUNE_LR at the default model's width (smaller as 1 / width: the pretrained
+    model's, from its config, before any weights are read), decaying to a tenth of it, no
+    warmup; each flag given is kept, and a given peak decays to a tenth of itself."""
+    tuned = finished(init_from="runs/earlier/model", max_iters=600)
     assert (tuned.learning_rate, tuned.min_lr) == (FINETUNE_LR, pytest.approx(FINETUNE_LR / 10))
+    assert tuned.warmup_iters == 0
     assert lr_at(tuned, 0) == FINETUNE_LR and lr_at(tuned, 600) == pytest.approx(FINETUNE_LR / 10)
-    gpt2 = TrainConfig(init_from="gpt2")
-    gpt2.with_width(768)
-    assert gpt2.learning_rate == pytest.approx(FINETUNE_LR / 6)
-    assert TrainConfig(init_from="gpt2", n_embd=1600).learning_rate == pytest.approx(4e-5)
-    lower = TrainConfig(init_from="gpt2", learning_rate=3e-5)
+    assert finished(init_from="gpt2", width=768).learning_rate == pytest.approx(FINETUNE_LR / 6)
+    # a width given as a flag is the model's
+    assert finished(init_from="gpt2", width=768, n_embd=1600).learning_rate == \
+        pytest.approx(4e-5)
+    lower = finished(init_from="gpt2", learning_rate=3e-5)
     assert (lower.learning_rate, lower.min_lr) == (3e-5, pytest.approx(3e-6))
-    given = TrainConfig(init_from="gpt2", learning_rate=3e-5, min_lr=3e-5, warmup_iters=20)
-    given.with_width(768)
+    given = finished(init_from="gpt2", width=768, learning_rate=3e-5, min_lr=3e-5,
+                     warmup_iters=20)  # fmt: skip
     assert (given.learning_rate, given.min_lr, given.warmup_iters) == (3e-5, 3e-5, 20)
-    too_high = TrainConfig(init_from="gpt2", min_lr=2e-4)
-    with pytest.raises(ValueError, match=r"^--min_lr 0.0002: must be in \[0, --learning_rate\]"):
-        too_high.with_width(768)
-    assert (TrainConfig().learning_rate, TrainConfig().min_lr) == (1e-3, 1e-4)  # from scratch
+    with pytest.raises(InputError, match=r"^--min_lr 0.0002: must be in \[0, --learning_rate\]"):
+        finished(init_from="gpt2", width=768, min_lr=2e-4)
+    scratch = finished()
+    assert (scratch.learning_rate, scratch.min_lr) == (1e-3, 1e-4)
 
 
 def test_unset_dropout_is_on_only_where_the_run_sees_its_text_again(root: Path, capsys) -> None:
     # The default corpus (25,648 training tokens) is seen 18 times by the default run; the plays
     # (1,374,927) a third of once.
     def dropout(cfg: TrainConfig, train_tokens: int) -> float:  # of a new run
-        return resolve_unset(cfg, 64, train_tokens).model.dropout
+        return finish(cfg, 64, train_tokens).model.dropout
 
     assert dropout(TrainConfig(), 25_648) == DROPOUT_REPEATED == 0.2
     assert dropout(TrainConfig(), 1_374_927) == 0.0

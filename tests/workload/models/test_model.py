@@ -299,7 +299,7 @@ def test_the_chunked_loss_trains_as_the_whole_logits_do(spelled: bool, monkeypat
     vocab = [bytes([65 + i % 26, 97 + i // 26]) for i in range(67)]  # pairs share n-grams
     spelling = spell(vocab, 2) if spelled else None
     model = GPT(config, spelling).train()
-    assert model.chunked_loss is None  # the default: the whole logits on a CPU
+    assert model.chunked_loss is False  # the default: the whole logits
     idx, targets = torch.randint(0, 67, (2, 3, 10))
     logits, loss, grads = _loss_and_grads(model, idx, targets)
     assert logits.shape == (3, 10, 67)

@@ -12,14 +12,14 @@ import torch
 from safetensors.torch import load_file
 from support.runs import TEXT, TINY_MODEL, train, write_data
 
-from gpt.config.configs import DEFAULT_SPELLING, GPTConfig, TrainConfig
+from gpt.config.configs import GPTConfig, TrainConfig
 from gpt.models.export import load_export, save_export
 from gpt.models.model import GPT
 from gpt.models.spelling import FREE_MIN_COUNT, free_vectors, spell
 from gpt.rundir.layout import RunDir
 from gpt.tokenizer.kinds import CharTokenizer, load_tokenizer
 from gpt.training import checkpoint_files
-from gpt.training.resume_rule import resolve_unset
+from gpt.training.recipe import DEFAULT_SPELLING, finish
 
 
 def test_a_token_is_spelt_in_its_bytes_and_its_marked_byte_pairs() -> None:
@@ -140,6 +140,6 @@ def test_the_flag_is_checked() -> None:
     for bad in (-1, 5, True, 1.5):
         with pytest.raises(ValueError, match="--spelling"):
             TrainConfig(spelling=bad)
-    assert resolve_unset(TrainConfig(), 10, 100).model.spelling == DEFAULT_SPELLING
+    assert finish(TrainConfig(), 10, 100).model.spelling == DEFAULT_SPELLING
     assert GPTConfig().spelling == 0  # a model built outside training: a plain table
-    assert resolve_unset(TrainConfig(spelling=0), 10, 100).model.spelling == 0
+    assert finish(TrainConfig(spelling=0), 10, 100).model.spelling == 0

@@ -10,13 +10,13 @@ import torch
 from safetensors.torch import load_file
 from support.runs import TINY_MODEL, assert_same_weights, train, write_data
 
-from gpt.config.configs import DEFAULT_EMA_DECAY, GPTConfig, TrainConfig
+from gpt.config.configs import GPTConfig, TrainConfig
 from gpt.models.export import load_export
 from gpt.models.model import GPT
 from gpt.rundir.layout import RunDir
 from gpt.training import checkpoint_files
 from gpt.training.ema import WeightAverage
-from gpt.training.resume_rule import resolve_unset
+from gpt.training.recipe import DEFAULT_EMA_DECAY, finish
 
 
 def _model() -> GPT:
@@ -54,7 +54,7 @@ def test_the_average_keeps_the_tied_embedding_tied_and_trains_nothing() -> None:
 
 def _decay(cfg: TrainConfig, train_tokens: int) -> float:
     """The decay a new run with flags `cfg` on `train_tokens` training tokens averages with."""
-    return resolve_unset(cfg, 64, train_tokens).ema_decay
+    return finish(cfg, 64, train_tokens).config.ema_decay
 
 
 def test_unset_the_average_is_on_for_a_long_run_that_passes_over_its_data_often() -> None:

@@ -1,6 +1,6 @@
 """A checkpoint's typed state (gpt/training/checkpoint_files.py's `CheckpointState`) and the
-rule for what a run's unset --dropout, --spelling and --ema_decay become, new or resumed
-(gpt/training/resume_rule.py's `resolve_unset`)."""
+recipe (gpt/training/recipe.py's `finish`): what every unset flag becomes, new, fine-tuned or
+resumed, in one finished, read-only config, decided before the model is built."""
 
 from __future__ import annotations
 
@@ -13,17 +13,18 @@ import pytest
 from support.paths import FIXTURES
 from support.runs import train, write_data
 
-from gpt.config.configs import (
+from gpt.config.configs import GPTConfig, TrainConfig
+from gpt.errors import InputError
+from gpt.rundir.layout import RunDir
+from gpt.training import checkpoint_files
+from gpt.training.checkpoint_files import CheckpointState, TrainState
+from gpt.training.recipe import (
     DEFAULT_EMA_DECAY,
     DEFAULT_SPELLING,
     DROPOUT_REPEATED,
-    GPTConfig,
-    TrainConfig,
+    Device,
+    finish,
 )
-from gpt.errors import InputError
-from gpt.training import checkpoint_files
-from gpt.training.checkpoint_files import CheckpointState, TrainState
-from gpt.training.resume_rule import resolve_unset
 
 # state.json as the code before the typed state wrote it (main at ff6af88, a TINY run of 4 steps
 # with --ema_decay 0.9 on write_data's text): the format on disk this code must keep reading.
@@ -135,15 +136,15 @@ TOKENS = 100
 
 
 def _resolved(saved: CheckpointState | None, **flags) -> tuple[float, int, float]:
-    resolved = resolve_unset(TrainConfig(**flags), 39, TOKENS, saved)
-    return resolved.model.dropout, resolved.model.spelling, resolved.ema_decay
+    resolved = finish(TrainConfig(**flags), 39, TOKENS, saved)
+    return resolved.model.dropout, resolved.model.spelling, resolved.config.ema_decay
 
 
 def test_unset_a_new_run_takes_the_default_rule() -> None:
     assert _resolved(None) == (DROPOUT_REPEATED, DEFAULT_SPELLING, DEFAULT_EMA_DECAY)
     # ... which depends on the data: a split larger than the run's tokens sees no repeat.
-    resolved = resolve_unset(TrainConfig(), 39, 10**7)
-    assert (resolved.model.dropout, resolved.ema_decay) == (0.0, 0.0)
+    resolved = finish(TrainConfig(), 39, 10**7)
+    assert (resolved.model.dropout, resolved.config.ema_decay) == (0.0, 0.0)
 
 
 def test_unset_a_resumed_run_keeps_what_it_started_with() -> None:
@@ -162,7 +163,7 @@ def test_a_flag_given_wins(saved: CheckpointState | None) -> None:
 
 
 def test_the_model_has_the_flags_shape_and_the_datas_vocabulary() -> None:
-    resolved = resolve_unset(TrainConfig(n_layer=3, n_embd=48, n_head=3), 77, TOKENS)
+    resolved = finish(TrainConfig(n_layer=3, n_embd=48, n_head=3), 77, TOKENS)
     model = resolved.model
     assert (model.n_layer, model.n_embd, model.n_head, model.vocab_size) == (3, 48, 3, 77)
 
@@ -172,7 +173,74 @@ def test_a_new_fine_tuning_run_takes_the_pretrained_shape_a_plain_table_and_the_
     small text fine-tuned overfits as one trained from scratch does)."""
     pre = GPTConfig(n_layer=2, n_head=2, n_embd=32, block_size=64, vocab_size=50257, bias=True,
                     position="learned", activation="gelu_new")  # fmt: skip
-    tuned = resolve_unset(TrainConfig(init_from="x"), 39, TOKENS, None, pre)
+    tuned = finish(TrainConfig(init_from="x"), 39, TOKENS, None, pre)
     assert (tuned.model.n_layer, tuned.model.n_embd, tuned.model.position) == (2, 32, "learned")
     assert (tuned.model.dropout, tuned.model.spelling) == (DROPOUT_REPEATED, 0)
-    assert resolve_unset(TrainConfig(init_from="x"), 39, 10**7, None, pre).model.dropout == 0.0
+    assert finish(TrainConfig(init_from="x"), 39, 10**7, None, pre).model.dropout == 0.0
+
+
+# -- the finished config ---------------------------------------------------------------------
+
+CUDA = Device(type="cuda", name="an A100", bf16=True, c_compiler=True)
+UNSETTABLE = [f.name for f in dataclasses.fields(TrainConfig) if f.default is None]
+
+
+@pytest.mark.parametrize("case", ["from scratch", "fine-tuned", "resumed"])
+def test_the_finished_config_decides_every_unset_flag_and_is_read_only(case: str) -> None:
+    pre = GPTConfig(n_layer=2, n_head=2, n_embd=32, block_size=64, position="learned")
+    cfg = TrainConfig(init_from="x") if case == "fine-tuned" else TrainConfig()
+    recipe = finish(cfg, 39, TOKENS, _state() if case == "resumed" else None,
+                    pre if case == "fine-tuned" else None)
+    finished = recipe.config
+    assert len(UNSETTABLE) >= 14 and all(getattr(cfg, k) is None for k in UNSETTABLE)
+    assert [k for k in UNSETTABLE if getattr(finished, k) is None] == []
+    assert (finished.device, finished.dtype, finished.compile, finished.chunked_loss) == (
+        "cpu", "float32", False, False)
+    # the model it builds is the one it says
+    assert {k: getattr(recipe.model, k) for k in ("n_layer", "n_embd", "dropout", "spelling")} \
+        == {k: getattr(finished, k) for k in ("n_layer", "n_embd", "dropout", "spelling")}
+    with pytest.raises(dataclasses.FrozenInstanceError, match="the run's config is finished"):
+        finished.learning_rate = 1.0
+    again = dataclasses.replace(finished, max_iters=700)  # a copy is a config like any other
+    again.max_iters = 800
+    assert cfg.learning_rate is None  # what the person gave is left as it was
+
+
+def test_a_resumed_run_finishes_as_its_first_start_did() -> None:
+    """The decisions a resumed run keeps (shape, dropout, spelling, average) are read from its
+    checkpoint, the others made again the same way: the same finished config."""
+    first = finish(TrainConfig(), 39, TOKENS)
+    saved = CheckpointState(TrainState(step=40), first.model, first.config.ema_decay, {}, {}, 1)
+    resumed = finish(TrainConfig(), 39, 10**7, saved)  # a larger text would change a new run's
+    assert dataclasses.asdict(resumed.config) == dataclasses.asdict(first.config)
+    assert resumed.model == first.model
+
+
+def test_the_device_decides_compile_dtype_and_the_chunked_loss() -> None:
+    on_gpu = finish(TrainConfig(), 39, TOKENS, device=CUDA)
+    assert (on_gpu.config.device, on_gpu.config.compile, on_gpu.config.dtype,
+            on_gpu.config.chunked_loss, on_gpu.notes) == ("cuda", True, "bfloat16", True, ())
+    old = Device(type="cuda", name="a V100", bf16=False, c_compiler=False)
+    no_compiler = finish(TrainConfig(), 39, TOKENS, device=old)
+    assert (no_compiler.config.compile, no_compiler.config.dtype) == (False, "float32")
+    assert "Triton finds no C compiler" in no_compiler.notes[0]
+    with pytest.raises(InputError, match=r"^--dtype bfloat16: a V100 has no bfloat16; use "):
+        finish(TrainConfig(dtype="bfloat16"), 39, TOKENS, device=old)
+    given = finish(TrainConfig(compile=False, chunked_loss=False, dtype="float32"), 39, TOKENS,
+                   device=CUDA)  # fmt: skip
+    assert (given.config.compile, given.config.chunked_loss, given.config.dtype) == (
+        False, False, "float32")
+    assert finish(TrainConfig(fused_loss=True), 39, TOKENS).config.chunked_loss is True
+
+
+def test_the_run_records_its_finished_config(root: Path) -> None:
+    """What each unset flag became is in the checkpoint's saved flags and the report's command
+    line, decided before the model was built."""
+    write_data(root, "r")
+    assert train(root, "r", "--max_iters", "4") == 0
+    run = checkpoint_files.find_latest(RunDir.of(root, "r"))
+    flags = checkpoint_files.read_state(run).config
+    assert [k for k in UNSETTABLE if flags[k] is None] == []
+    assert (flags["device"], flags["dtype"], flags["compile"]) == ("cpu", "float32", False)
+    report = RunDir.of(root, "r").report_md.read_text()
+    assert "--device cpu" in report and f"--dropout {flags['dropout']}" in report
