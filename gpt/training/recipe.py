@@ -12,7 +12,8 @@ run, its checkpoint's state (gpt/training/checkpoint_files.py's `CheckpointState
   the dropout and weight average it began with, as an uninterrupted run would have);
 - what is decided afresh at every start, resumed or not: --learning_rate, --min_lr and
   --warmup_iters (from scratch's, or the fine-tuning recipe's from the model's width), and from
-  the device --compile, --dtype auto, --chunked_loss and --device auto.
+  the device --compile, --dtype auto and --chunked_loss; --device auto is recorded as the
+  device gpt/distributed/world.py picked (it sets up the process group on it).
 
 The finished config is what every part of training reads (the optimizer's schedule, the model,
 compute, checkpoints' saved flags, the report's command line), so a run's config is known, and
@@ -197,7 +198,8 @@ def _schedule(cfg: TrainConfig, n_embd: int) -> dict[str, float | int]:
 
 
 def _on_device(cfg: TrainConfig, device: Device) -> tuple[dict[str, object], tuple[str, ...]]:
-    """--device auto, --compile, --dtype auto and --chunked_loss as the device decides them:
+    """--compile, --dtype auto and --chunked_loss as the device decides them (and --device as
+    the device world.py picked):
     compiled on a GPU, where its ~40 s pay off within minutes, if Triton can build there;
     bfloat16 autocast on a GPU that has it; the loss in chunks on a GPU (and always with
     --fused_loss), whose whole logits are an iteration's largest tensors, never on a CPU, whose
