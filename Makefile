@@ -38,7 +38,7 @@ BUILD_FLAGS = $(if $(BASE_IMAGE),--build-arg BASE_IMAGE=$(BASE_IMAGE)) \
 	$(if $(WHEELHOUSE),--build-context wheelhouse=$(abspath $(WHEELHOUSE)) --build-arg PIP_NO_INDEX=true)
 
 .DEFAULT_GOAL := help
-.PHONY: help install demo prompt compile test test-images bench bench-quick lint clean build-images push-images set-images container-tool wheelhouse
+.PHONY: help install demo prompt compile test test-quick test-images bench bench-quick lint clean build-images push-images set-images container-tool wheelhouse
 
 help:  ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -73,6 +73,12 @@ compile: $(STAMP)  ## compile the pipeline to pipeline/gpt_trainjobs_pipeline.ya
 TEST_WORKERS ?= $(shell nproc 2>/dev/null || echo 2)
 test: $(STAMP)  ## run the test suite
 	OMP_NUM_THREADS=1 TORCHINDUCTOR_COMPILE_THREADS=1 $(PY) -m pytest -n $(TEST_WORKERS) --dist load --maxschedchunk 1 --durations=20
+
+# The edit loop's answer: the tests that start no process, use no cluster and compile nothing
+# (tests/support/quick.py; a test that does any of these carries a marker, and in every run an
+# unmarked one that does fails). CI runs `make test`, the whole suite.
+test-quick: $(STAMP)  ## the tests that start no process, use no cluster, compile nothing (the edit loop)
+	OMP_NUM_THREADS=1 $(PY) -m pytest --quick -n $(TEST_WORKERS) --dist load --durations=5
 
 # Root with Buildah and mmdebstrap (apt-get install buildah mmdebstrap); skipped, with the reason,
 # elsewhere. Layers, the base image and the wheelhouse stay on the machine for the next run.

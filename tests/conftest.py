@@ -16,6 +16,9 @@ from support.cluster import pvc, run_images, trainer_cluster  # noqa: E402, F401
 # images.env's names, whatever the environment says (tests/support/images_env.py).
 from support.images_env import default_images  # noqa: E402, F401
 
+# `make test-quick`'s tier and the guard that keeps it true (tests/support/quick.py).
+from support.quick import guarded, is_quick, mark_by_fixtures
+
 # A local HTTP server of corpus texts (tests/support/web.py).
 from support.web import web_server  # noqa: E402, F401
 
@@ -23,11 +26,23 @@ PROJECT = Path(__file__).resolve().parent.parent
 SHARED = PROJECT.parent / "shared"
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The longest tests first, so that, run in parallel (`make test`), they do not start last
-    and leave one worker running alone at the end; and the tests that take minutes each paired
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--quick", action="store_true",
+                     help="only the tests that start no process, use no cluster and compile "
+                          "nothing (make test-quick; tests/support/quick.py)")  # fmt: skip
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """With --quick, only the quick tier (tests/support/quick.py). The longest tests first, so
+    that, run in parallel (`make test`), they do not start last and leave one worker running
+    alone at the end; and the tests that take minutes each paired
     with one other, since xdist's `--dist load --maxschedchunk 1` hands every worker two
     consecutive tests to begin with: each of them then starts at once on a worker of its own."""
+    for item in items:
+        mark_by_fixtures(item)
+    if config.getoption("--quick"):
+        config.hook.pytest_deselected(items=[item for item in items if not is_quick(item)])
+        items[:] = [item for item in items if is_quick(item)]
     items.sort(key=lambda item: (item.get_closest_marker("minutes") is None,
                                  item.get_closest_marker("slow") is None))
     minutes = [item for item in items if item.get_closest_marker("minutes")]
@@ -37,6 +52,21 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     paired = [i for pair in zip_longest(minutes, rest[:len(minutes)]) for i in pair
               if i is not None]
     items[:] = paired + rest[len(minutes):]
+
+
+# A quick test's fixtures and its body run guarded: a process started or a torch.compile called
+# there fails it (tests/support/quick.py). Not its teardown, where a session fixture another
+# test made may end its processes.
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item: pytest.Item) -> object:
+    with guarded(item):
+        return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> object:
+    with guarded(item):
+        return (yield)
 
 
 # Where the machine's user keeps their Hugging Face cache is theirs: a test that wants one sets

@@ -22,6 +22,7 @@ from bench import generation_speed
 from bench.__main__ import main
 
 
+@pytest.mark.process
 def test_a_quick_run_records_machine_settings_median_and_spread(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(generation_speed, "NEW_TOKENS", 4)
     main(["--quick", "--results", str(tmp_path), "generation"])
@@ -43,6 +44,7 @@ def test_a_quick_run_records_machine_settings_median_and_spread(tmp_path, monkey
     assert "| engine | cache | threads | tokens/s |" in capsys.readouterr().out
 
 
+@pytest.mark.process
 def test_the_summary_keeps_the_tables_of_benchmarks_not_rerun(tmp_path, monkeypatch):
     monkeypatch.setattr(generation_speed, "NEW_TOKENS", 4)
     main(["--quick", "--results", str(tmp_path), "generation"])
@@ -63,6 +65,7 @@ def test_unknown_names_are_refused_with_the_known_ones(capsys):
     assert "unknown benchmark(s) no-such-benchmark" in err and "train" in err
 
 
+@pytest.mark.process
 def test_time_to_quality_sends_corpus_flags_to_the_corpus_stage(tmp_path):
     from bench.time_to_quality import CHECKPOINTS, Case, run_case
 
@@ -185,6 +188,7 @@ def test_precision_trains_one_model_in_float32_and_bfloat16_whole_and_chunked(tm
     assert 0 < rows["bfloat16, chunked loss"]["largest_gap_to_whole"] < 0.01
 
 
+@pytest.mark.process
 def test_step_memory_finds_the_chunked_loss_holds_a_fraction_of_the_logits(shared, tmp_path,
                                                                            monkeypatch):
     """Eager, float32, on the CPU (the compiled mode left out: a minute of compiling), at half
@@ -270,6 +274,7 @@ def test_gpu_variants_compares_with_the_default_and_picks_flags_that_win(tmp_pat
     assert gpu_variants.winners(tmp_path / "r.json") == {"fused_loss": True}
 
 
+@pytest.mark.process
 def test_gpu_variants_writes_each_variant_as_it_ends(tmp_path, monkeypatch):
     """A call that ends inside a variant (its compile outlasting the step's limit) keeps the
     variants before it, compared with the default."""
@@ -291,6 +296,7 @@ def test_gpu_variants_writes_each_variant_as_it_ends(tmp_path, monkeypatch):
     assert doc["rows"][0]["vs default"] == "1.000x" and doc["settings"]["kernel_check"]
 
 
+@pytest.mark.process
 def test_the_corpus_benchmark_measures_speed_and_peak_memory_next_to_raw_tiktoken(
     tmp_path, monkeypatch
 ):
@@ -307,6 +313,7 @@ def test_the_corpus_benchmark_measures_speed_and_peak_memory_next_to_raw_tiktoke
         assert row["raw_peak_rss_mb"] > 10
 
 
+@pytest.mark.process
 def test_a_childs_peak_memory_is_its_own_not_that_of_the_process_it_was_spawned_from():
     from bench.corpus_speed import child
 
@@ -335,6 +342,7 @@ def test_stop_checkpoint_times_the_checkpoint_a_sigterm_writes(monkeypatch):
 GPU_SESSION = PROJECT / "bench" / "gpu_session.sh"
 
 
+@pytest.mark.process
 def test_the_gpu_session_stops_at_once_without_a_gpu():
     """On a machine without CUDA it says so in one line and writes nothing."""
     out = subprocess.run(["bash", str(GPU_SESSION)], capture_output=True, text=True,
@@ -364,6 +372,7 @@ esac
     return out, [call for call in calls if call.startswith("-m ")]  # not the CUDA check's -c
 
 
+@pytest.mark.process
 def test_the_gpu_session_runs_the_variants_then_vs_nanogpt_with_their_winners(tmp_path):
     from bench.__main__ import BENCHMARKS
 
@@ -380,6 +389,7 @@ def test_the_gpu_session_runs_the_variants_then_vs_nanogpt_with_their_winners(tm
     assert "gpu_session: done in" in (results / "session.log").read_text()
 
 
+@pytest.mark.process
 def test_the_gpu_session_leaves_out_what_its_budget_cannot_hold(tmp_path):
     out, calls = _gpu_session(tmp_path, budget=130)
     assert out.returncode == 0, out.stderr
@@ -390,6 +400,7 @@ def test_the_gpu_session_leaves_out_what_its_budget_cannot_hold(tmp_path):
     assert "gpu_session: precision --quick left out" in out.stdout
 
 
+@pytest.mark.process
 def test_the_gpu_session_stops_a_benchmark_at_the_end_of_its_budget(tmp_path):
     """Named, a benchmark runs whole, within what is left of the budget; past it, it is stopped
     and the session fails, saying which."""
@@ -400,6 +411,7 @@ def test_the_gpu_session_stops_a_benchmark_at_the_end_of_its_budget(tmp_path):
     assert out.stdout.rstrip().endswith("failed: precision")
 
 
+@pytest.mark.process
 def test_the_gpu_session_prepares_the_peer_and_the_plays_to_carry(tmp_path):
     repo, shared = tmp_path / "repo", tmp_path / "shared"
     (repo / "bench").mkdir(parents=True)

@@ -18,6 +18,7 @@ from support.paths import PROJECT
 SCRIPT = PROJECT / "docker" / "debian-base.sh"
 
 pytestmark = [
+    pytest.mark.process,
     pytest.mark.skipif(os.geteuid() != 0, reason="Buildah builds here as root"),
     pytest.mark.skipif(shutil.which("buildah") is None,
                        reason="buildah is not installed (apt-get install buildah)"),  # fmt: skip

@@ -177,6 +177,7 @@ def test_component_image_carries_images_env_for_its_imports() -> None:
     assert placed < smoke
 
 
+@pytest.mark.process
 def test_components_and_pipeline_import_without_the_workload_dependencies() -> None:
     # The component image has none of the core dependencies (PyTorch, numpy, ...): every module
     # of components/ and pipeline/ must import without them, as the image's smoke test does.
@@ -255,6 +256,7 @@ def test_dockerignore_sends_what_the_dockerfiles_copy_and_nothing_local() -> Non
         assert dockerignored(local, patterns), f".dockerignore lets {local} into the build context"
 
 
+@pytest.mark.process
 def test_hadolint_passes_on_the_dockerfiles() -> None:
     hadolint = BIN / "hadolint"
     bad = subprocess.run([str(hadolint), "-"], input="FROM python\n", text=True,

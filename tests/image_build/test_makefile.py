@@ -29,6 +29,7 @@ def make(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
                           text=True, cwd=PROJECT, env=env)
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("target", ["build-images", "push-images"])
 def test_make_says_in_one_line_when_no_container_tool_is_installed(target: str) -> None:
     result = make(target, "CONTAINER_TOOL=/nonexistent/docker")
@@ -37,6 +38,7 @@ def test_make_says_in_one_line_when_no_container_tool_is_installed(target: str) 
     assert "/nonexistent/docker not found" in result.stderr and "Podman" in result.stderr
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("target", ["build-images", "push-images"])
 def test_make_says_in_one_line_when_no_engine_runs(target: str, tmp_path: Path) -> None:
     env, log = fake_engine(tmp_path, info_exit=1)
@@ -47,6 +49,7 @@ def test_make_says_in_one_line_when_no_engine_runs(target: str, tmp_path: Path) 
     assert log.read_text().split("\n")[:-1] == ["info"], "it went on past the failed check"
 
 
+@pytest.mark.process
 def test_make_build_and_push_use_the_images_py_names_for_any_registry(tmp_path: Path) -> None:
     env, _ = fake_engine(tmp_path, info_exit=0)
     override = {"IMAGE_REGISTRY": "registry.example.com:5000/me", "IMAGE_TAG": "v7"}
@@ -75,6 +78,7 @@ def test_make_build_and_push_use_the_images_py_names_for_any_registry(tmp_path: 
     assert push.stdout.splitlines() == [f"fakedocker push {image}" for image in names]
 
 
+@pytest.mark.process
 def test_make_without_overrides_uses_images_env(tmp_path: Path, default_images) -> None:
     env, _ = fake_engine(tmp_path, info_exit=0)
     for var in ("IMAGE_REGISTRY", "IMAGE_TAG"):
@@ -102,6 +106,7 @@ def build_lines(result: subprocess.CompletedProcess) -> dict[str, str]:
     return {m.group(1): " ".join(m.group(0).split()) for m in line.finditer(commands)}
 
 
+@pytest.mark.process
 def test_make_builds_with_the_first_tool_that_can_build_here(tmp_path: Path) -> None:
     env = fake_tools(tmp_path, fakedocker=1, fakepodman=0, fakebuildah=0)
     build = make("-n", "build-images", "CONTAINER_TOOLS=fakedocker fakepodman fakebuildah", env=env)
@@ -115,6 +120,7 @@ def test_make_builds_with_the_first_tool_that_can_build_here(tmp_path: Path) -> 
     assert all(line.startswith("fakebuildah build ") for line in build_lines(named).values())
 
 
+@pytest.mark.process
 def test_make_says_in_one_line_when_no_tool_can_build_here(tmp_path: Path) -> None:
     env = fake_tools(tmp_path, fakedocker=1, fakepodman=1)
     result = make("build-images", "CONTAINER_TOOLS=fakedocker fakepodman", env=env)
@@ -123,6 +129,7 @@ def test_make_says_in_one_line_when_no_tool_can_build_here(tmp_path: Path) -> No
     assert "no container tool can build here" in result.stderr and "buildah" in result.stderr
 
 
+@pytest.mark.process
 def test_make_builds_from_a_wheelhouse_on_a_base_image_asking_no_index(tmp_path: Path) -> None:
     env = fake_tools(tmp_path, fakedocker=0)
     wheels = tmp_path / "wheels"
@@ -142,6 +149,7 @@ def test_make_builds_from_a_wheelhouse_on_a_base_image_asking_no_index(tmp_path:
         assert "wheelhouse" not in line and "PIP_NO_INDEX" not in line and "BASE_IMAGE" not in line
 
 
+@pytest.mark.process
 def test_make_wheelhouse_fills_the_folder_with_what_both_images_install(tmp_path: Path) -> None:
     wheels = tmp_path / "wheels"
     dry = make("-n", "wheelhouse", f"WHEELHOUSE={wheels}", "TORCH_INDEX_URL=")

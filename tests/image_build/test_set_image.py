@@ -30,6 +30,7 @@ def test_set_image_repoints_the_entry_and_keeps_everything_else() -> None:
     assert set_image(after, "gpt-workload", ref) == before
 
 
+@pytest.mark.process
 def test_kustomize_rewrites_every_runtime_container(tmp_path: Path) -> None:
     # ClusterTrainingRuntime is a CRD: kustomize's images: must still reach its nested containers.
     kubectl = shutil.which("kubectl")
@@ -59,6 +60,7 @@ def test_set_image_refuses_what_it_cannot_do(repo: str, ref: str, error: str) ->
         set_image(text, repo, ref)
 
 
+@pytest.mark.process
 def test_set_image_on_a_full_disk_leaves_the_kustomization_whole(tmp_path: Path) -> None:
     """A write cut short (here by a file-size limit, as a full volume would: EFBIG instead of
     ENOSPC) leaves the old file, not the first bytes of the new one, and no temporary."""

@@ -37,6 +37,7 @@ def compile_fresh(tmp_path: Path) -> Path:
     return out
 
 
+@pytest.mark.process
 def test_compiles_to_the_stages_as_chained_uncached_steps(tmp_path):
     spec, platform = yaml.safe_load_all(compile_fresh(tmp_path).read_text())
     tasks = spec["root"]["dag"]["tasks"]
@@ -79,6 +80,7 @@ def test_compiles_to_the_stages_as_chained_uncached_steps(tmp_path):
     assert "storage_secret" not in tasks["generative-prompt"]["inputs"]["parameters"]
 
 
+@pytest.mark.process
 def test_committed_yaml_is_what_make_compile_writes(tmp_path):
     fresh = compile_fresh(tmp_path).read_text()
     assert COMPILED.read_text() == fresh, f"{COMPILED.name} is stale: run `make compile`"
@@ -162,6 +164,7 @@ def test_the_compiled_pipeline_runs_end_to_end_with_kfp_local(tmp_path):
     assert "> To be" in transcript and "> or not" in transcript
 
 
+@pytest.mark.process
 def test_in_the_component_image_every_stage_checks_its_flags_before_a_trainjob(tmp_path):
     # The component image has none of the workload's packages (PyTorch, numpy, tiktoken, ...):
     # the stages' configs must still load there, so a bad flag stops the step before it creates

@@ -67,6 +67,7 @@ def test_each_mode_places_the_claim_in_the_steps_namespace():
     assert not any(d["kind"] == "Namespace" for _, d in core_objects()), "no namespace of ours"
 
 
+@pytest.mark.process
 @pytest.mark.skipif(shutil.which("kubectl") is None, reason="no kubectl (its built-in kustomize)")
 def test_kustomize_builds_each_mode():
     def built(mode: str) -> list[tuple[str, str, str | None]]:
@@ -91,6 +92,7 @@ def test_pvc_documents_rwo_and_when_rwx_is_needed():
     assert "ReadWriteMany" in text and "numNodes > 1" in text
 
 
+@pytest.mark.process
 def test_yamllint_passes_on_the_manifests() -> None:
     yamllint = Path(sys.executable).parent / "yamllint"  # the venv's
     result = subprocess.run([str(yamllint), "--strict", "runtimes", "manifests"],

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import socket
 
+import pytest
 from support import apiserver
 
 
@@ -16,10 +17,9 @@ def test_its_ports_are_outside_the_ephemeral_range() -> None:
         assert port not in ephemeral and port + 1 not in ephemeral
 
 
+@pytest.mark.apiserver
 def test_a_port_taken_before_the_server_binds_it_is_replaced(shared, tmp_path, monkeypatch):
     if reason := apiserver.available(shared):
-        import pytest
-
         pytest.skip(reason)
     with socket.socket() as taken:  # bound, not listening: binding it again fails
         taken.bind(("127.0.0.1", apiserver._free_port()))

@@ -119,6 +119,7 @@ def test_fsgroup_on_root_mismatch_skips_only_a_root_with_group_rwx_and_setgid(tm
     assert (volume / "run" / "f").stat().st_gid == 1000
 
 
+@pytest.mark.process
 def test_the_container_makes_its_working_directory_and_a_missing_program_exits_128(
         tmp_path) -> None:  # fmt: skip
     if os.geteuid() != 0:

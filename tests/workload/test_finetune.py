@@ -69,6 +69,7 @@ def finetune(root: Path, run: str, *flags: str) -> int:
                       *as_flags(TINY_FINETUNE), *flags)  # fmt: skip
 
 
+@pytest.mark.process
 def test_gpt2_from_the_hub_cache_fine_tunes_and_exports_as_gpt2(gpt2_root, offline, tmp_path,
                                                                 capfd):  # fmt: skip
     """Through the train-gpt component (its plain function, the local backend), whose Metrics
@@ -124,6 +125,7 @@ def test_gpt2_from_the_hub_cache_fine_tunes_and_exports_as_gpt2(gpt2_root, offli
     assert reply == mine
 
 
+@pytest.mark.slow
 def test_the_first_iteration_starts_from_the_pretrained_weights(gpt2_root, offline):
     """With a learning rate too small to move a float32 weight, the export is the pretrained
     model itself, its embedding rows those of the corpus's tokens."""
@@ -164,6 +166,7 @@ def earlier(gpt2_root) -> RunDir:
     return run
 
 
+@pytest.mark.slow
 def test_a_corpus_tokenized_for_another_compaction_is_refused(earlier, tmp_path, capsys):
     """An earlier run's model/ (a compacted vocabulary) as --init_from, on data another text
     compacted GPT-2 to: one line naming both vocabularies."""
@@ -189,6 +192,7 @@ def test_fine_tuning_an_earlier_runs_model_keeps_its_vocabulary(earlier, tmp_pat
     assert tuned.startswith(str(earlier.model_dir.resolve()))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("given", ["another-folder", "missing-folder", None])
 def test_a_run_resumes_only_from_what_it_started_from(earlier, gpt2_root, tmp_path, capsys,
                                                        given):  # fmt: skip
@@ -220,6 +224,7 @@ def test_a_run_resumes_only_from_what_it_started_from(earlier, gpt2_root, tmp_pa
         assert record["init_from"] == str(another)
 
 
+@pytest.mark.process
 def test_a_sigkilled_fine_tuning_resumes_bit_exactly_without_the_pretrained_model(
         gpt2_root, tmp_path):  # fmt: skip
     """Killed after iteration 3 (a checkpoint at 2), resumed with the pretrained folder gone:
@@ -275,6 +280,7 @@ def test_two_ranks_fine_tune_from_the_hub_cache_as_one_process_does(gpt2_root, o
     assert pairs[-1][1]["val_loss"] == pytest.approx(pairs[-1][0]["val_loss"], rel=1e-4)
 
 
+@pytest.mark.slow
 def test_a_model_that_cannot_fit_the_device_is_refused_with_the_estimate(gpt2_root, offline,
                                                                           monkeypatch, capsys):
     from gpt.training import compute

@@ -56,6 +56,7 @@ def transcript(rundir: RunDir) -> list[dict]:
     return [json.loads(line) for line in rundir.transcript_jsonl.read_text().splitlines()]
 
 
+@pytest.mark.process
 def test_terminal_session_prompt_reply_settings_empty_line_ctrl_c_exit(rundir: RunDir) -> None:
     child = spawn(rundir)
     child.sendline("To be")
@@ -85,6 +86,7 @@ def test_terminal_session_prompt_reply_settings_empty_line_ctrl_c_exit(rundir: R
     assert all(t["reply_tokens"] == 12 and len(t["reply"]) == 12 for t in lines)
 
 
+@pytest.mark.process
 def test_ctrl_c_on_the_terminal_stops_the_reply_and_the_session_goes_on(rundir: RunDir) -> None:
     """As `kubectl attach -it` delivers it: 0x03 on the pseudo-terminal, which its line
     discipline turns into SIGINT to the foreground process group, mid-reply."""
@@ -108,6 +110,7 @@ def test_ctrl_c_on_the_terminal_stops_the_reply_and_the_session_goes_on(rundir: 
         "or not", "max_new_tokens", 5)
 
 
+@pytest.mark.process
 def test_sigterm_ends_the_session(rundir: RunDir) -> None:
     """The pod's deletion: the session ends at once, its transcript whole so far."""
     child = spawn(rundir)
@@ -120,6 +123,7 @@ def test_sigterm_ends_the_session(rundir: RunDir) -> None:
     assert [t["prompt"] for t in transcript(rundir)] == ["To be"]
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("leave", ["eof", "exit", "quit"])
 def test_terminal_session_ends_cleanly_on_ctrl_d_exit_quit(rundir: RunDir, leave: str) -> None:
     child = spawn(rundir)
@@ -130,6 +134,7 @@ def test_terminal_session_ends_cleanly_on_ctrl_d_exit_quit(rundir: RunDir, leave
     assert finished(child) == 0
 
 
+@pytest.mark.process
 def test_unknown_characters_are_replaced_and_reported(rundir: RunDir) -> None:
     child = spawn(rundir)
     child.sendline("To bé")
@@ -170,12 +175,14 @@ def test_ctrl_c_mid_reply_still_records_the_partial_reply(tmp_path: Path) -> Non
     assert (line["reply"], line["reply_tokens"], line["stopped"]) == ("ababab", 3, "interrupted")
 
 
+@pytest.mark.process
 def test_idle_timeout_ends_the_session(rundir: RunDir) -> None:
     child = spawn(rundir, "--idle-timeout", "1")
     child.expect_exact("no input for 1 s")
     assert finished(child) == 0
 
 
+@pytest.mark.process
 def test_idle_terminal_redraws_the_prompt_for_someone_attaching_later(rundir: RunDir) -> None:
     # the redraw period is 10 s in production; shorten it for the test
     code = (
@@ -195,6 +202,7 @@ def test_idle_terminal_redraws_the_prompt_for_someone_attaching_later(rundir: Ru
     assert finished(child) == 0
 
 
+@pytest.mark.process
 def test_pipe_one_prompt_per_line(rundir: RunDir) -> None:
     stdin = "To be\n\n/top_k 3\n/help\n/nonsense\nor not\nquit\nnever read\n"
     out = subprocess.run(
@@ -211,6 +219,7 @@ def test_pipe_one_prompt_per_line(rundir: RunDir) -> None:
     assert [(t["prompt"], t["top_k"]) for t in lines] == [("To be", 0), ("or not", 3)]
 
 
+@pytest.mark.process
 def test_pipe_a_line_too_long_is_skipped_and_the_session_goes_on(rundir: RunDir) -> None:
     from gpt.generation.repl import MAX_LINE_CHARS
 
@@ -228,6 +237,7 @@ def test_pipe_a_line_too_long_is_skipped_and_the_session_goes_on(rundir: RunDir)
     assert [len(t["prompt"]) for t in transcript(rundir)] == [5, MAX_LINE_CHARS]
 
 
+@pytest.mark.process
 def test_pipe_end_of_input_ends_cleanly(rundir: RunDir) -> None:
     out = subprocess.run(
         [sys.executable, *args(rundir)], input="To be\n", capture_output=True, text=True,
@@ -237,6 +247,7 @@ def test_pipe_end_of_input_ends_cleanly(rundir: RunDir) -> None:
     assert out.stdout.count(REPLY) == 1 and "end of input" in out.stdout
 
 
+@pytest.mark.process
 def test_pipe_idle_timeout_ends_a_session_nobody_feeds(rundir: RunDir) -> None:
     child = subprocess.Popen(
         [sys.executable, *args(rundir, "--idle_timeout", "1")], stdin=subprocess.PIPE,
@@ -251,6 +262,7 @@ def test_pipe_idle_timeout_ends_a_session_nobody_feeds(rundir: RunDir) -> None:
     assert "no input for 1 s" in out and out.rstrip().endswith(GOODBYE)
 
 
+@pytest.mark.process
 def test_prompt_flag_answers_each_and_replies_reproduce_from_the_transcript(rundir) -> None:
     out = one_shot(rundir, "--prompt", "To be", "--prompt", "ANTIPHOLUS:", "--seed", "5")
     assert out.returncode == 0, out.stderr
@@ -263,6 +275,7 @@ def test_prompt_flag_answers_each_and_replies_reproduce_from_the_transcript(rund
     assert transcript(rundir)[-1]["reply"] == second["reply"]
 
 
+@pytest.mark.process
 def test_gpt2_tokenizer_with_a_larger_model_vocabulary_streams_valid_text(root: Path) -> None:
     # compacted BPE (~300 ids) under a model of 512 ids: the spare ids must never be sampled,
     # and byte tokens that split a character must still stream as text
@@ -273,6 +286,7 @@ def test_gpt2_tokenizer_with_a_larger_model_vocabulary_streams_valid_text(root: 
     assert line["replaced"] == [] and line["reply_tokens"] > 0
 
 
+@pytest.mark.process
 def test_no_model_says_to_train_first(root: Path) -> None:
     empty = RunDir.of(root, RUN)
     out = one_shot(empty, "--prompt", "x")
@@ -281,6 +295,7 @@ def test_no_model_says_to_train_first(root: Path) -> None:
     assert not empty.transcript_jsonl.exists()
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("payload", ["garbage", "pickle"])
 def test_corrupt_or_pickled_model_is_refused(rundir: RunDir, payload: str, tmp_path) -> None:
     marker = tmp_path / "pwned"
@@ -298,6 +313,7 @@ def test_corrupt_or_pickled_model_is_refused(rundir: RunDir, payload: str, tmp_p
     assert not marker.exists() and not rundir.transcript_jsonl.exists()
 
 
+@pytest.mark.process
 def test_bad_setting_is_refused_naming_the_flag(rundir: RunDir) -> None:
     out = one_shot(rundir, "--top_p", "0", "--prompt", "To be")
     assert out.returncode == 2 and "--top_p" in out.stderr

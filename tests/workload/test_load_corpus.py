@@ -267,6 +267,7 @@ def bad_sources(tmp_path: Path) -> dict[str, tuple[list[str], str]]:
     }
 
 
+@pytest.mark.process
 @pytest.mark.parametrize(
     "case",
     ["missing", "empty", "non-utf8", "binary", "scheme", "unreachable", "too-short", "too-big"],
@@ -285,6 +286,7 @@ def test_bad_input_exits_2_with_one_line_and_writes_nothing(
     assert not (root / "bad").exists()
 
 
+@pytest.mark.process
 def test_cli_demo_prints_counts_and_where_it_wrote(root: Path) -> None:
     out = run_cli("--root", str(root), "--run", "demo", "--tokenizer", "char")
     assert out.returncode == 0, out.stderr
@@ -297,6 +299,7 @@ def test_cli_demo_prints_counts_and_where_it_wrote(root: Path) -> None:
     assert other.returncode == 2 and "--overwrite" in other.stderr
 
 
+@pytest.mark.process
 def test_cli_help_lists_every_flag() -> None:
     out = run_cli("--help")
     assert out.returncode == 0
@@ -304,6 +307,7 @@ def test_cli_help_lists_every_flag() -> None:
         assert f"--{flag}" in out.stdout
 
 
+@pytest.mark.process
 def test_cli_reads_a_local_file(root: Path, tmp_path: Path) -> None:
     src = tmp_path / "sonnets.txt"
     src.write_bytes(b"\xef\xbb\xbf" + (FIXTURES / "gutenberg_sample.txt").read_bytes())
@@ -386,6 +390,7 @@ def test_a_50_mb_corpus_loads_in_bounded_memory(root: Path, tmp_path: Path) -> N
     assert rss < 300, f"peak resident memory {rss:.0f} MB"
 
 
+@pytest.mark.process
 def test_a_kill_mid_way_leaves_nothing_and_the_next_run_sweeps_its_scratch(
     root: Path, tmp_path: Path
 ) -> None:

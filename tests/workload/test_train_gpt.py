@@ -456,6 +456,7 @@ def test_default_flags_are_reproducible_and_a_killed_run_resumes_bit_identical(
     assert [r["loss"] for r in records(killed)] == [r["loss"] for r in records(straight)]
 
 
+@pytest.mark.slow
 def test_a_smoke_test_run_needs_no_other_flag(root: Path) -> None:
     write_data(root, "r")
     threads = torch.get_num_threads()
@@ -519,6 +520,7 @@ def test_bf16_follows_the_float32_loss_curve(root: Path) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.compile
 def test_a_compiled_step_trains_as_the_eager_one(root: Path, monkeypatch) -> None:
     """`torch.compile` with the chunked loss, both the default on a GPU, checked where CI can run
     them: on the CPU, the same per-step losses as eager mode (with the padded vocabulary's -inf

@@ -11,6 +11,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
 import yaml
 from support.images_env import IMAGE_REF, workload_entry
 from support.paths import PROJECT
@@ -63,6 +64,7 @@ def test_compiled_pipeline_uses_the_images_and_the_pinned_kfp() -> None:
         assert re.search(rf"sdkVersion: kfp-{re.escape(kfp.__version__)}\b", text)
 
 
+@pytest.mark.process
 def test_components_base_image_follows_the_environment_at_compile_time() -> None:
     # The components read the names when imported, i.e. when the pipeline compiles: compiling
     # under `make ... IMAGE_REGISTRY=... IMAGE_TAG=...` re-points every step.

@@ -84,6 +84,7 @@ def test_every_parameter_is_a_knob_with_its_type_and_default(stage_name):
         assert p.default == want, f"{stage_name}({name}): default {p.default!r} != {want!r}"
 
 
+@pytest.mark.process
 def test_every_text_in_the_compiled_yaml_is_its_knobs(tmp_path):
     out = tmp_path / "p.yaml"
     env = {k: v for k, v in os.environ.items() if k not in ("IMAGE_REGISTRY", "IMAGE_TAG")}
@@ -193,6 +194,7 @@ def test_unset_is_minus_one_in_every_component_and_leaves_the_flag_out():
     assert placement.num_nodes == 2 and step.backend == "local"
 
 
+@pytest.mark.process
 def test_a_new_training_flag_is_two_edits(tmp_path):
     """The field with its docstring, and the component's signature line: the CLI, the
     component's text, the pipeline's parameter and text, and the TrainJob's command follow."""

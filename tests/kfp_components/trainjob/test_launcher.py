@@ -110,6 +110,7 @@ def test_trainer_v2_3_admits_the_secret_references(custom_api):
 # ---- files carried back through the log ---------------------------------------------------------
 
 
+@pytest.mark.process
 def test_files_come_back_through_the_log_of_a_real_shell(tmp_path):
     run = tmp_path / "run"
     (run / "metrics").mkdir(parents=True)
@@ -127,6 +128,7 @@ def test_files_come_back_through_the_log_of_a_real_shell(tmp_path):
     assert files_from_log(out.stdout.replace("\n", "\r\n")) == files
 
 
+@pytest.mark.process
 def test_failing_stage_keeps_its_exit_code_and_prints_nothing(tmp_path):
     (tmp_path / "f").write_text("x")
     command = container_command(str(tmp_path), ["f"])
@@ -134,6 +136,7 @@ def test_failing_stage_keeps_its_exit_code_and_prints_nothing(tmp_path):
     assert out.returncode == 3 and b"gpt-trainjobs file" not in out.stdout
 
 
+@pytest.mark.process
 def test_only_node_zero_prints_files(tmp_path):
     (tmp_path / "f").write_text("x")
     command = container_command(str(tmp_path), ["f"])

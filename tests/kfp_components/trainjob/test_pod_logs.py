@@ -70,6 +70,7 @@ def test_the_kubelet_defaults_are_upstreams_and_so_are_its_limits():
         LogRotation(max_files=1)
 
 
+@pytest.mark.process
 def test_a_running_containers_log_is_rotated_and_a_plain_read_returns_the_current_file(tmp_path):
     # 10 s of output, 5 KB every 0.1 s: rotated at each of three monitor rounds, 3 s apart.
     rotation = LogRotation(max_size=8 * 1024, max_files=3)
@@ -96,6 +97,7 @@ def test_a_running_containers_log_is_rotated_and_a_plain_read_returns_the_curren
     assert numbered(followed) == list(range(10_000))
 
 
+@pytest.mark.process
 def test_a_container_that_has_ended_is_not_rotated(tmp_path):
     rotation = LogRotation(max_size=1024, max_files=5)
     kubelet = Kubelet(tmp_path / "pods", {}, {}, rotation)

@@ -60,6 +60,7 @@ def run_gpt(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "gpt", *args], capture_output=True, text=True)
 
 
+@pytest.mark.process
 def test_gpt_help_lists_stages_and_unknown_stage_exits_2() -> None:
     out = run_gpt("--help")
     assert out.returncode == 0 and "load-corpus" in out.stdout

@@ -167,6 +167,7 @@ def test_load_corpus_records_each_file_with_its_documents(tmp_path):
     assert ids == [ids_between(s, tok.encode, tok.eot_id) for s in splits]
 
 
+@pytest.mark.process
 def test_the_cli_refuses_with_one_line_exit_2_and_writes_nothing(tmp_path):
     (tmp_path / "bad.jsonl").write_bytes(b'{"text": "fine"}\n{"text": 1}\n')
     root = tmp_path / "root"
@@ -203,6 +204,7 @@ CHILD = textwrap.dedent("""
 """)
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("name", ["big.jsonl.zst", "big.parquet"])
 def test_a_reader_streams_in_memory_far_below_the_file(name, tmp_path):
     line = (PROJECT / "gpt" / "assets" / "comedy_of_errors.txt").read_text()[:4000]

@@ -251,6 +251,7 @@ def test_size_cap(web_server: str, path: str, tmp_path: Path) -> None:
         fetched(f"{web_server}{path}", FAST, tmp_path)
 
 
+@pytest.mark.process
 def test_cli_trains_on_a_gutenberg_url_without_its_licence(web_server: str, root: Path) -> None:
     out = subprocess.run(
         [sys.executable, "-m", "gpt", "load-corpus", "--root", str(root), "--run", "url"]
@@ -288,6 +289,7 @@ def _special_sources(tmp_path: Path) -> Iterator[tuple[str, str]]:
     yield str(folder), "a FIFO"
 
 
+@pytest.mark.process
 def test_special_files_are_refused_at_once_with_one_line(tmp_path: Path, root: Path) -> None:
     for source, what in _special_sources(tmp_path):
         started = time.monotonic()

@@ -134,6 +134,7 @@ def test_a_missing_folder_is_one_line(tmp_path):
         fetch(str(tmp_path / "nope"), tmp_path, MODEL_FILES)
 
 
+@pytest.mark.process
 def test_an_s3_prefix_is_copied_whole_once(tmp_path, monkeypatch):
     pytest.importorskip("moto", reason="the S3 test server is moto's (the dev extra)")
     from bench.s3server import AWS_VARIABLES, BUCKET, S3Server

@@ -78,6 +78,7 @@ def run_outputs(root: Path, run: str) -> dict[str, bytes]:
     return {rel: (root / run / rel).read_bytes() for rel in DATA}
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("kind", ["key", "prefix"])
 def test_a_text_from_a_key_or_a_prefix_equals_the_same_text_from_disk(
     kind, s3, s3env, tmp_path
@@ -102,6 +103,7 @@ def test_a_text_from_a_key_or_a_prefix_equals_the_same_text_from_disk(
     assert not list(root.glob(".s3*")), "the download's scratch is gone"
 
 
+@pytest.mark.process
 def test_a_prefix_of_records_in_any_format_reads_as_the_same_folder_on_disk(s3, s3env, tmp_path):
     import zstandard
     from support.corpora import jsonl, parquet
@@ -146,6 +148,7 @@ CASES = ["wrong-keys", "no-rights", "web-identity", "no-bucket", "no-key", "empt
          "stopped-server", "too-big", "not-text"]  # fmt: skip
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("case", CASES)
 def test_each_failure_of_the_store_is_one_line_exit_2_and_nothing_written(
     case, s3, s3env, stopped_endpoint, tmp_path
@@ -190,6 +193,7 @@ def test_each_failure_of_the_store_is_one_line_exit_2_and_nothing_written(
     assert time.monotonic() - started < 60
 
 
+@pytest.mark.process
 def test_a_source_outside_object_storage_imports_no_storage_package(tmp_path):
     # Goal 4: the default pipeline needs none of the storage extra. With its packages blocked
     # (as an image without the extra lacks them), a file loads; an s3:// source says what's
@@ -329,6 +333,7 @@ def objects(s3: S3Server, prefix: str) -> dict[str, bytes]:
             for o in listed}  # fmt: skip
 
 
+@pytest.mark.process
 def test_an_export_lands_whole_with_its_manifest_last(s3, s3env, tmp_path):
     model = model_dir(tmp_path / "model")
     said: list[str] = []
@@ -344,6 +349,7 @@ def test_an_export_lands_whole_with_its_manifest_last(s3, s3env, tmp_path):
     assert uploaded[-1] == LOADED_BY and said[-1].endswith(f"complete ({MANIFEST} written last)")
 
 
+@pytest.mark.process
 def test_train_gpt_exports_its_model_to_the_uri(s3, s3env, tmp_path):
     root = tmp_path / "root"
     write_data(root, "exp")
@@ -357,6 +363,7 @@ def test_train_gpt_exports_its_model_to_the_uri(s3, s3env, tmp_path):
     assert MANIFEST in got and f"{uri} complete" in out.stdout
 
 
+@pytest.mark.process
 def test_export_refuses_a_bad_uri_and_names_an_unreachable_one(s3env, stopped_endpoint, tmp_path):
     root = tmp_path / "root"
     write_data(root, "exp")
@@ -403,6 +410,7 @@ def test_a_killed_upload_leaves_no_object_that_looks_complete(s3, s3env, tmp_pat
         assert left["model.safetensors"] == (tmp_path / "old" / "model.safetensors").read_bytes()
 
 
+@pytest.mark.process
 def test_an_upload_that_fails_midway_leaves_no_part_of_its_object(s3, s3env, tmp_path,
                                                                   monkeypatch):
     """A read error after a part went up: the multipart upload is aborted, no object appears,

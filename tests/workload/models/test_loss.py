@@ -130,6 +130,7 @@ def _peak_bytes(kind: str) -> int:
     return int(out.stdout)
 
 
+@pytest.mark.process
 def test_the_chunked_head_never_holds_the_whole_logits():
     """4,096 positions x 50,304 ids: the whole float32 logits are 0.82 GB, and `F.cross_entropy`
     holds three such tensors at its peak (measured: 2.5 GB); the chunked head one chunk's (1,024

@@ -39,6 +39,7 @@ def ours(folder, config: GPTConfig | None = None, rows=None) -> GPT:
     return model.eval()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["small", "other"])
 def test_a_gpt2_folder_gives_transformers_logits(gpt2s, name):
     folder, theirs = gpt2s[name]
@@ -78,6 +79,7 @@ def test_a_shorter_block_size_crops_the_positions(gpt2s):
         assert torch.allclose(model(ids)[0], theirs(ids).logits, atol=1e-4, rtol=0)
 
 
+@pytest.mark.slow
 def test_a_compacted_vocabulary_starts_from_its_tokens_rows(gpt2s):
     folder, theirs = gpt2s["small"]
     kept = GPT2Tokenizer.fit(["The Comedy of Errors"]).kept
@@ -105,6 +107,7 @@ def test_the_hubs_unprefixed_names_and_mask_buffers_read_the_same(gpt2s, tmp_pat
     assert_same_weights(b.weights, a.weights)
 
 
+@pytest.mark.slow
 def test_gpt2s_own_tokenizer_is_the_shipped_bpe(tmp_path):
     gpt2_tokenizer_files(tmp_path)
     assert json.loads((tmp_path / "tokenizer.json").read_text())["pre_tokenizer"]["type"] == \

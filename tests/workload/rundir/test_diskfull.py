@@ -117,6 +117,7 @@ def first_run(root: Path, *flags: str) -> RunDir:
     return rundir
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("fits", ["nothing", "the weights"])
 def test_checkpoint_leaves_the_previous_one_and_latest(volume: Volume, fits: str,
                                                       capsys) -> None:
@@ -143,6 +144,7 @@ def test_checkpoint_leaves_the_previous_one_and_latest(volume: Volume, fits: str
     assert rundir.latest.read_text() == "step-20\n"
 
 
+@pytest.mark.process
 def test_metrics_line_cut_short_is_cut_off(volume: Volume) -> None:
     root = volume.path
     rundir = first_run(root)
@@ -166,6 +168,7 @@ def test_metrics_line_cut_short_is_cut_off(volume: Volume) -> None:
     assert steps == sorted(set(steps)) and steps[-1] == 100  # the resumed run re-logged 11..
 
 
+@pytest.mark.process
 def test_export_leaves_the_previous_model(volume: Volume) -> None:
     root = volume.path
     rundir = first_run(root)
@@ -183,6 +186,7 @@ def test_export_leaves_the_previous_model(volume: Volume) -> None:
     assert train(root, RUN, *flags) == 0  # the same command, in this process
 
 
+@pytest.mark.process
 def test_report_after_the_export(volume: Volume) -> None:
     root = volume.path
     # A model of fewer pages than the loss plot (of ten steps): the re-export fits exactly,
@@ -203,6 +207,7 @@ def test_report_after_the_export(volume: Volume) -> None:
     assert train(root, RUN, *flags) == 0  # the same command, in this process
 
 
+@pytest.mark.process
 def test_transcript_line_cut_short_is_cut_off(volume: Volume) -> None:
     root = volume.path
     rundir = export(root, CharTokenizer.fit(["ANTIPHOLUS: To be, or not to be!\n"]))
@@ -221,6 +226,7 @@ def test_transcript_line_cut_short_is_cut_off(volume: Volume) -> None:
     assert one_shot(rundir, "--max_new_tokens", "64", *prompts).returncode == 0
 
 
+@pytest.mark.process
 def test_corpus_leaves_the_previous_corpus_and_data(volume: Volume, tmp_path: Path) -> None:
     root = volume.path
     small, large = tmp_path / "small.txt", tmp_path / "large.txt"
@@ -245,6 +251,7 @@ def test_corpus_leaves_the_previous_corpus_and_data(volume: Volume, tmp_path: Pa
     assert rundir.text_txt.read_bytes() == large.read_bytes()
 
 
+@pytest.mark.process
 def test_a_download_is_not_retried_as_if_the_network_failed(
     volume: Volume, web_server: str
 ) -> None:
@@ -259,6 +266,7 @@ def test_a_download_is_not_retried_as_if_the_network_failed(
     assert sorted(p.name for p in volume.path.iterdir()) == ["filler"]
 
 
+@pytest.mark.process
 def test_a_full_root_fails_at_the_run_lock(volume: Volume) -> None:
     volume.fill(0)
     out = one_shot(RunDir.of(volume.path, RUN), "--prompt", "x")

@@ -32,6 +32,7 @@ def _holder(root: Path) -> subprocess.Popen:
     return proc
 
 
+@pytest.mark.process
 def test_a_held_run_refuses_a_second_writer_with_one_line(root: Path, capsys) -> None:
     holder = _holder(root)
     try:
@@ -48,6 +49,7 @@ def test_a_held_run_refuses_a_second_writer_with_one_line(root: Path, capsys) ->
         holder.wait()
 
 
+@pytest.mark.process
 def test_a_killed_holder_leaves_no_stale_lock(root: Path) -> None:
     holder = _holder(root)
     holder.send_signal(signal.SIGKILL)
@@ -57,6 +59,7 @@ def test_a_killed_holder_leaves_no_stale_lock(root: Path) -> None:
     assert not (root / ".r.lock").exists()  # released: nothing left beside the run
 
 
+@pytest.mark.process
 def test_children_run_under_their_parents_lock_and_strangers_do_not(root: Path,
                                                                     monkeypatch) -> None:
     run = RunDir.of(root, "r")
@@ -131,6 +134,7 @@ time.sleep(60)
 """
 
 
+@pytest.mark.process
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
 def test_a_child_in_its_own_session_dies_with_its_parent() -> None:
     # What the local backend does for a stage, and the CLI for a torchrun rank: a SIGKILLed

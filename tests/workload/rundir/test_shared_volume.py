@@ -31,6 +31,7 @@ def open_root() -> Iterator[Path]:
         shutil.rmtree(top)
 
 
+@pytest.mark.process
 @pytest.mark.skipif(os.geteuid() != 0, reason="reading as another uid needs root to switch to it")
 def test_every_file_of_a_run_is_readable_by_another_uid(open_root: Path) -> None:
     old = os.umask(0o022)  # the container's default

@@ -34,6 +34,7 @@ def tiktoken_converted(folder: Path, **pattern: str) -> Path:
     return folder
 
 
+@pytest.mark.slow
 def test_end_of_text_kept_only_among_the_added_tokens_is_still_gpt2s(tmp_path):
     folder = tiktoken_converted(tmp_path / "gpt2", pattern=GPT2_PAT_STR)
     saved = json.loads((folder / "tokenizer.json").read_text())
@@ -43,6 +44,7 @@ def test_end_of_text_kept_only_among_the_added_tokens_is_still_gpt2s(tmp_path):
     assert isinstance(tok, GPT2Tokenizer) and tok.kept is None
 
 
+@pytest.mark.slow
 def test_gpt2s_vocabulary_split_another_way_is_refused(tmp_path):
     """The same vocabulary and merges under cl100k's pattern (digits in threes, no leading
     space before punctuation...): it tokenizes otherwise, so it is not GPT-2's BPE."""
@@ -53,6 +55,7 @@ def test_gpt2s_vocabulary_split_another_way_is_refused(tmp_path):
                             "it has GPT-2's vocabulary but does not split text into GPT-2's ids")
 
 
+@pytest.mark.slow
 def test_a_vocabulary_without_end_of_text_anywhere_is_not_gpt2s(tmp_path):
     folder = tiktoken_converted(tmp_path / "no-eot", pattern=GPT2_PAT_STR)
     saved = json.loads((folder / "tokenizer.json").read_text())

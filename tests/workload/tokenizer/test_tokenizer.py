@@ -86,6 +86,7 @@ def test_gpt2_matches_the_published_vocabulary(full: GPT2Tokenizer) -> None:
     assert GPT2_EOT not in full.encode("a<|endoftext|>b")
 
 
+@pytest.mark.process
 def test_gpt2_is_built_offline_without_tiktoken_cache(tmp_path: Path) -> None:
     cache = tmp_path / "cache"
     cache.mkdir()

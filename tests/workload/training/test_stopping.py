@@ -110,6 +110,7 @@ def test_sigterm_writes_a_checkpoint_and_the_rerun_resumes_bit_identical(
     assert_same_weights(model_weights(rundir), whole, f"stopped at {step}")
 
 
+@pytest.mark.slow
 def test_checkpoints_by_the_clock_leave_the_weights_unchanged(tmp_path: Path) -> None:
     """--ckpt_interval_s adds checkpoints as time passes; what is trained stays the same."""
     for run in ("steps", "clock"):
@@ -162,6 +163,7 @@ def test_with_the_default_flags_a_sigterm_resumes_bit_identical(tmp_path: Path,
     assert_same_weights(stopped, model_weights(default_flags_run(tmp_path_factory)))
 
 
+@pytest.mark.process
 def test_a_rank_waiting_for_its_peers_ends_at_the_first_sigterm(tmp_path: Path) -> None:
     """Rank 1 of 2, whose rank 0 never comes (the pod that replaced an evicted one while the
     other node was leaving): SIGTERM ends it at once, as if no checkpoint were pending. Noted
