@@ -22,7 +22,7 @@ from support.runs import (
     model_weights,
     records,
     train,
-    two_ranks_uninterrupted,
+    uninterrupted,
     write_data,
 )
 from support.trainjobs import train_on_cluster
@@ -34,7 +34,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.apiserver]
 
 # Two nodes of two processes: the rendezvous across nodes and within each. Two nodes of one
 # process each, the shape the lost-node and eviction tests train, end as two ranks on one
-# machine do (those tests compare them with support.runs.two_ranks_uninterrupted); it ran here
+# machine do (those tests compare them with support.runs.uninterrupted); it ran here
 # too until its half a minute was wanted back (issue 44: make test).
 @pytest.mark.parametrize("nodes,procs", [(2, 2)])
 def test_nodes_train_through_the_rendezvous_as_one_process_would(
@@ -99,7 +99,7 @@ def test_a_lost_node_restarts_the_jobset_and_training_ends_as_if_uninterrupted(
     assert [r["step"] for r in records(RunDir.of(pvc, "lost"))][-1] == STOPPABLE["max_iters"]
 
     lost = model_weights(RunDir.of(pvc, "lost"))
-    assert_same_weights(lost, two_ranks_uninterrupted(tmp_path_factory))
+    assert_same_weights(lost, uninterrupted(tmp_path_factory, 2))
 
 
 def recreate(api, runtime: dict) -> None:

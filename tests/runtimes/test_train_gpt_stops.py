@@ -26,11 +26,9 @@ from support.runs import (
     STOPPABLE,
     TINY_DDP,
     TINY_PIPELINE,
-    as_flags,
     assert_same_weights,
     model_weights,
-    train,
-    two_ranks_uninterrupted,
+    uninterrupted,
     write_data,
 )
 from support.trainjobs import stand_in, train_on_cluster
@@ -100,12 +98,9 @@ def test_an_evicted_trainjob_checkpoints_and_resumes_bit_identical(pvc, trainer_
     uninterrupted run. (Two runs: each is a whole training run, and they were most of CI's
     time; each CI run draws new steps.)"""
     rng = random.Random()
-    # Uninterrupted: one node's run in this process (the same flags, one process of one
-    # thread, as the pod's), two nodes' as two ranks here.
-    write_data(pvc, "whole-1")
-    assert train(pvc, "whole-1", *as_flags({**TINY_DDP, **STOPPABLE})) == 0
-    reference = {1: model_weights(RunDir.of(pvc, "whole-1")),
-                 2: two_ranks_uninterrupted(tmp_path_factory)}
+    # Uninterrupted: one node's run as one process of one thread (the pod's), two nodes' as two
+    # ranks here.
+    reference = {nodes: uninterrupted(tmp_path_factory, nodes) for nodes in (1, 2)}
     # Anywhere but the last 20 steps, which a stop could overrun: the run would end. The two
     # nodes' second eviction in the second half, after the first one's resume.
     last = STOPPABLE["max_iters"] - 20

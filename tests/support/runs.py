@@ -171,20 +171,23 @@ STOPPABLE = {"max_iters": 100, "eval_interval": 50, "ckpt_interval": 50, "log_in
 TWO_RANKS = ["--standalone", "--nproc_per_node=2"]
 
 
-def two_ranks_uninterrupted(tmp_path_factory: pytest.TempPathFactory) -> dict[str, torch.Tensor]:
-    """The weights of TINY_DDP trained STOPPABLE by two ranks and never stopped: what every test
-    that stops a two-rank run compares its end with, whether the ranks are two processes here
-    or two nodes of the test cluster (rank for rank the same training), trained once per
-    session by torchrun here."""
+def uninterrupted(tmp_path_factory: pytest.TempPathFactory, ranks: int) -> dict[str, torch.Tensor]:
+    """The weights of TINY_DDP trained STOPPABLE by `ranks` ranks (1 or 2) and never stopped:
+    what every test that stops such a run compares its end with, whether the ranks are
+    processes here, a pod's, or the test cluster's nodes (rank for rank the same training),
+    trained once per session: one rank in the asking worker's process, two by torchrun here."""
 
     def run(folder: Path) -> None:
-        write_data(folder, "whole-2")
+        write_data(folder, "whole")
         flags = as_flags({**TINY_DDP, **STOPPABLE})
-        done = train_cli(folder, "whole-2", *flags, torchrun=TWO_RANKS)
+        if ranks == 1:
+            assert train(folder, "whole", *flags) == 0
+            return
+        done = train_cli(folder, "whole", *flags, torchrun=TWO_RANKS)
         assert done.returncode == 0, done.stderr[-2000:]
 
-    folder = made_once(tmp_path_factory, "two-ranks-uninterrupted", run)
-    return model_weights(RunDir.of(folder, "whole-2"))
+    folder = made_once(tmp_path_factory, f"uninterrupted-{ranks}", run)
+    return model_weights(RunDir.of(folder, "whole"))
 
 
 def model_weights(rundir: RunDir) -> dict[str, torch.Tensor]:

@@ -28,7 +28,7 @@ from support.runs import (
     default_flags_run,
     model_weights,
     train,
-    two_ranks_uninterrupted,
+    uninterrupted,
     write_data,
 )
 
@@ -38,7 +38,7 @@ from gpt.stages import TRAIN_GPT
 from gpt.training.stopping import StopRequest
 
 # Long enough to be signalled mid-run, short enough for CI: a few seconds of a tiny model; the
-# run support.runs.two_ranks_uninterrupted trained, which two ranks stopped here end with.
+# run support.runs.uninterrupted trained, which one or two ranks stopped here end with.
 FLAGS = as_flags({**TINY_DDP, **STOPPABLE})
 
 
@@ -84,12 +84,7 @@ def test_sigterm_writes_a_checkpoint_and_the_rerun_resumes_bit_identical(
     """At a random step, with one process and under torchrun (gpt.distributed.torchrun): the status
     says stopped, LATEST is the step it stopped at (no step after the last logged one is lost), and
     the same command then ends with the weights of an uninterrupted run."""
-    if nproc == 1:  # the same command in this process: no interpreter to start
-        write_data(tmp_path, "whole")
-        assert train(tmp_path, "whole", *FLAGS) == 0
-        whole = model_weights(RunDir.of(tmp_path, "whole"))
-    else:
-        whole = two_ranks_uninterrupted(tmp_path_factory)
+    whole = uninterrupted(tmp_path_factory, nproc)
     write_data(tmp_path, "stopped")
     # Each CI run draws anew; the last draw leaves 50 steps for the signal to land in.
     after = random.Random().choice(range(10, 60, 10))
