@@ -7,6 +7,7 @@ import dataclasses
 import json
 import re
 import shutil
+import socket
 import threading
 import time
 from pathlib import Path
@@ -14,6 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 from support.cluster import PROJECT, jobset_webhook, runtimes
+from support.cluster.controller import _reserve_port
 from support.cluster.jobset_webhook import admission_error
 from support.cluster.render import master_addr, render
 
@@ -132,6 +134,22 @@ def pod_folder(root, pod: str, index: str) -> None:
     labels = {"jobset.sigs.k8s.io/jobset-name": pod[0],
               "batch.kubernetes.io/job-completion-index": index}  # fmt: skip
     (root / "ns" / pod / "labels.json").write_text(json.dumps(labels))
+
+
+def test_node_0s_rendezvous_port_is_no_other_sockets_while_the_attempt_runs():
+    """Pods share this machine's ports (a cluster gives each its own): the port mapped to
+    PET_MASTER_PORT stays out of every other socket's reach until node 0's torchrun listens on
+    it, which it still can. A port only found free was taken under a busy suite: the lost-node
+    test's next attempt then failed to listen, EADDRINUSE (controller.py `_reserve_port`)."""
+    import torch.distributed as dist
+
+    with _reserve_port() as reserved:
+        port = reserved.getsockname()[1]
+        with socket.socket() as other, pytest.raises(OSError, match="in use"):
+            other.bind(("127.0.0.1", port))  # another process's socket, e.g. a connect's
+        store = dist.TCPStore("127.0.0.1", port, 1, is_master=True, wait_for_workers=False)
+        store.set("rendezvous", "node 0")
+        assert store.get("rendezvous") == b"node 0"
 
 
 def test_the_log_folder_lists_pods_node_zero_first(tmp_path):

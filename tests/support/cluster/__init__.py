@@ -18,7 +18,8 @@ Not emulated (a real cluster may still differ here):
   checked against one machine's capacity (no other pods' requests, affinity, taints);
 - the pod status: only phase, PodScheduled and container `node`'s state; the kubelet's
   core/v1 Event recorder (repeats of one reason with other messages fold into one series);
-- network isolation: pods share 127.0.0.1 (PET_MASTER_PORT is mapped to a free port);
+- network isolation: pods share 127.0.0.1 (PET_MASTER_PORT is mapped to a port held for the
+  attempt: cluster/controller.py `_reserve_port`);
 - mounts: a PVC is a folder reached by rewriting the mount path (kubelet.py says how), one per
   (namespace, name): a pod whose namespace lacks the claim stays Pending, and a ReadWriteOnce
   claim attaches to one machine at a time (node index i on machine i); ReadWriteOncePod's

@@ -58,10 +58,23 @@ CREATION_FAILED = "TrainJobResourcesCreationFailed"
 REQUEUE_BASE_S, REQUEUE_MAX_S = 0.005, 1000.0
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def _reserve_port() -> socket.socket:
+    """A port of this machine kept for one JobSet attempt's rendezvous: node 0's torchrun
+    listens on it as it would on PET_MASTER_PORT in a pod of its own network namespace, where
+    nothing else can hold the port.
+
+    Here every pod shares this machine's ports, so a port found free and then let go is any
+    process's to take before node 0's torchrun binds it (seconds later: PyTorch's import), and
+    was taken under a busy suite: the first attempt after a lost node then failed to listen
+    (EADDRINUSE), its other node got SIGTERM in the rendezvous with an empty log, and the
+    JobSet restarted once more. The socket holds the port (bound, never listening) until the
+    attempt ends: Linux gives neither a bind to port 0 nor a connect's local port one that a
+    socket is bound to, and SO_REUSEADDR, which torchrun's TCPStore sets too, lets the store
+    listen there all the same."""
+    reserved = socket.socket()
+    reserved.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    reserved.bind(("0.0.0.0", 0))
+    return reserved
 
 
 def _condition(kind: str, reason: str, message: str) -> dict[str, Any]:
@@ -103,7 +116,8 @@ class JobSetRun(threading.Thread):
                 return self._retry_creation(refused)
             counted = 0
             while True:
-                failure = self._attempt(plan)
+                with _reserve_port() as reserved:
+                    failure = self._attempt(plan, reserved.getsockname()[1])
                 if self.deleted.is_set():
                     return
                 if failure is None:
@@ -158,9 +172,10 @@ class JobSetRun(threading.Thread):
         for pod in self.pods:
             self.kubelet.delete(pod)
 
-    def _attempt(self, plan: Rendered) -> tuple[str, str] | str | None:
-        """Run the JobSet's one Job (`<jobset>-node-0`) to its end: None when it completed,
-        (the Job's failure reason, its name) when it failed, DEADLINE_EXCEEDED.
+    def _attempt(self, plan: Rendered, port: int) -> tuple[str, str] | str | None:
+        """Run the JobSet's one Job (`<jobset>-node-0`), node 0's rendezvous on `port`, to its
+        end: None when it completed, (the Job's failure reason, its name) when it failed,
+        DEADLINE_EXCEEDED.
 
         kubernetes pkg/controller/job/job_controller.go (read at commit 6ae037f1db84): an
         Indexed Job of `num_nodes` completions. A pod's end queues a sync SYNC_BATCH_S later
@@ -170,7 +185,6 @@ class JobSetRun(threading.Thread):
         (BackoffLimitExceeded). A failed Job's active pods are deleted (deleteActivePods) and
         no pod is created; otherwise `manageJob` replaces each failed pod.
         """
-        port = _free_port()
         job = f"{plan.name}-{NODE}-0"
         for index in range(plan.num_nodes):
             self.pods.append(self.kubelet.start(plan, index, self.restarts, port))
