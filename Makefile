@@ -50,7 +50,19 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet -e '.[pipeline,serve,storage,dev]'
 	@touch $@
 
-install: $(STAMP)  ## create .venv and install the project with all extras
+# Stoplight Prism (npm, pinned by tests/fixtures/model_registry/'s package-lock), the server that
+# checks the Model Registry client's requests against the registry's OpenAPI spec
+# (tests/support/registry.py), installed into the venv; where npm is missing, those tests skip
+# and say so.
+CONTRACT := tests/fixtures/model_registry
+PRISM_STAMP := $(VENV)/prism/.installed
+$(PRISM_STAMP): $(CONTRACT)/package.json $(CONTRACT)/package-lock.json
+	@if command -v npm >/dev/null; then \
+		mkdir -p $(VENV)/prism && cp $^ $(VENV)/prism/ \
+		&& npm ci --prefix $(VENV)/prism --no-audit --no-fund --loglevel=error && touch $@; \
+	else echo "make: npm not found: Prism not installed, the Model Registry contract tests skip"; fi
+
+install: $(STAMP) $(PRISM_STAMP)  ## create .venv and install the project with all extras (and Prism)
 
 # The compiled pipeline itself, run by kfp.local: every stage a local process under ROOT/RUN,
 # the prompt stage one-shot. Step artifacts (metrics, report, transcript): ROOT/kfp-outputs/RUN/.
@@ -71,7 +83,7 @@ compile: $(STAMP)  ## compile the pipeline to pipeline/gpt_trainjobs_pipeline.ya
 # the tests that take minutes start first (tests/conftest.py). TEST_WORKERS=0 runs the suite in
 # this one process.
 TEST_WORKERS ?= $(shell nproc 2>/dev/null || echo 2)
-test: $(STAMP)  ## run the test suite
+test: $(STAMP) $(PRISM_STAMP)  ## run the test suite
 	OMP_NUM_THREADS=1 TORCHINDUCTOR_COMPILE_THREADS=1 $(PY) -m pytest -n $(TEST_WORKERS) --dist load --maxschedchunk 1 --durations=20
 
 # The edit loop's answer: the tests that start no process, use no cluster and compile nothing

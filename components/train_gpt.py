@@ -44,6 +44,8 @@ def train_gpt(
     storage_secret: str = "",
     timeout: float = 86400,
     start_timeout: float = 120,
+    model_registry: str = "",
+    model_name: str = "",
 ) -> str:
     """Run `torchrun -m gpt -- train-gpt` (in a TrainJob on runtime gpt-train-gpt, or locally).
 
@@ -57,6 +59,9 @@ def train_gpt(
 
     Returns:
         The run directory name, for the next stage.
+
+    With `model_registry`, the run's model is then registered there (a registry that refuses
+    or cannot be reached fails the step, the model already on the volume and exported).
     """
     # Every parameter above by name, as locals() holds nothing else yet; less the output
     # artifacts (deleted next), the step's knobs. run_step (components/step/dispatch.py) sorts
@@ -67,11 +72,15 @@ def train_gpt(
     del knobs["metrics"], knobs["report"]
     from components.step.artifacts import train_metrics, train_provenance, train_report_html
     from components.step.dispatch import run_step
+    from components.step.registration import Registration, register_run
 
+    registration = Registration.take(knobs)  # the step's, after the stage: no flag of it
     step = run_step("train-gpt", knobs)
     for name, value in train_metrics(step.files).items():
         metrics.log_metric(name, value)
     metrics.metadata.update(train_provenance(step.files))
     with open(report.path, "w") as f:
         f.write(train_report_html(step.run_id, step.files))
+    if registration.model_registry:  # the model is on the volume and exported by now
+        register_run(registration, step, knobs)
     return step.run_id

@@ -88,7 +88,9 @@ TRAIN_GPT = Stage(
     TrainConfig,
     (RunDir.train_jsonl, RunDir.report_md, RunDir.loss_png),
     distributed=True,
-    optional=(RunDir.init_from_json,),  # a fine-tuned run's (--init_from)
+    # a fine-tuned run's (--init_from); the export's config, which the model registry's entry
+    # reads (components/step/registration.py) and a finished run always writes
+    optional=(RunDir.init_from_json, RunDir.model_config),
 )
 GENERATIVE_PROMPT = Stage(
     "generative-prompt",

@@ -19,6 +19,10 @@ from support.images_env import default_images  # noqa: E402, F401
 # `make test-quick`'s tier and the guard that keeps it true (tests/support/quick.py).
 from support.quick import guarded, is_quick, mark_by_fixtures
 
+# Kubeflow's Model Registry: Prism holding requests to its OpenAPI spec, a store behind it
+# (tests/support/registry.py).
+from support.registry import model_registry  # noqa: E402, F401
+
 # A local HTTP server of corpus texts (tests/support/web.py).
 from support.web import web_server  # noqa: E402, F401
 

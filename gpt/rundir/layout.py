@@ -91,6 +91,7 @@ class RunDir:
     latest = RunFile("ckpt/LATEST")
     # model/: the exported model the prompt stage loads
     model_dir = RunFile("model")
+    model_config = RunFile("model/config.json")  # the export's architecture and shape
     # metrics/: what a person reads about training
     metrics_dir = RunFile("metrics")
     train_jsonl = RunFile("metrics/train.jsonl")

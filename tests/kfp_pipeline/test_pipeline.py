@@ -72,8 +72,10 @@ def test_compiles_to_the_stages_as_chained_uncached_steps(tmp_path):
         assert given["componentInputParameter"] == "workload_image"
     # Object storage: the Secret's name (never a value) reaches the two steps that read or write
     # it, the export's prefix the training step; by default neither is set.
+    # The Model Registry likewise: train-gpt's, off by default.
     for t, knobs in (("load-corpus", ["storage_secret"]),
-                     ("train-gpt", ["storage_secret", "export_uri"])):  # fmt: skip
+                     ("train-gpt", ["storage_secret", "export_uri", "model_registry",
+                                    "model_name"])):  # fmt: skip
         for knob in knobs:
             assert tasks[t]["inputs"]["parameters"][knob]["componentInputParameter"] == knob
             assert params[knob].get("defaultValue", "") == ""
@@ -138,13 +140,20 @@ def test_bad_input_stops_a_step_before_anything_starts(call, message, tmp_path):
 ART = dict(metrics=None, report=None)
 
 @pytest.mark.slow
-def test_the_compiled_pipeline_runs_end_to_end_with_kfp_local(tmp_path):
+def test_the_compiled_pipeline_runs_end_to_end_with_kfp_local(tmp_path, model_registry):
+    """Every step, and train-gpt's registration of its model in the Model Registry (Prism
+    holding the requests to its spec: tests/support/registry.py)."""
     root = tmp_path / "runs"
-    sets = [a for k, v in TINY_PIPELINE.items() for a in ("--set", f"{k}={json.dumps(v)}")]
+    address, store, _ = model_registry
+    knobs = {**TINY_PIPELINE, "model_registry": address, "model_name": "tiny-pipeline-gpt"}
+    sets = [a for k, v in knobs.items() for a in ("--set", f"{k}={json.dumps(v)}")]
+    token = tmp_path / "token"  # where a KFP step's pod has its service account's token
+    token.write_text("eyJhbGciOiJSUzI1NiJ9.e30.c2ln")
     out = subprocess.run(
         [sys.executable, "-m", "pipeline", "run-local", "--root", str(root), "--run", "tiny",
          *sets],
         cwd=PROJECT, capture_output=True, text=True, timeout=300,
+        env={**os.environ, "KF_PIPELINES_SA_TOKEN_PATH": str(token)},
     )  # fmt: skip
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     # The stages' run directory survives kfp.local (which deletes its own workspace).
@@ -162,6 +171,16 @@ def test_the_compiled_pipeline_runs_end_to_end_with_kfp_local(tmp_path):
     assert "data:image/png;base64," in (outputs / "train-gpt" / "report").read_text()
     transcript = (outputs / "generative-prompt" / "transcript").read_text()
     assert "> To be" in transcript and "> or not" in transcript
+    # train-gpt registered the run: a version named after it, its model/ folder, what it was.
+    assert (f"model registry {address}: registered tiny-pipeline-gpt version tiny "
+            f"({(run / 'model').as_uri()})") in out.stdout + out.stderr  # fmt: skip
+    (version,) = [v for v in store.versions.values() if v["name"] == "tiny"]
+    (artifact,) = store.artifacts[version["id"]]
+    assert artifact["uri"] == (run / "model").as_uri()
+    config = json.loads((run / "model" / "config.json").read_text())
+    props = version["customProperties"]
+    assert props["architecture"]["string_value"] == config["architectures"][0]
+    assert props["val_bits_per_byte"]["double_value"] == metrics["val_bits_per_byte"]
 
 
 @pytest.mark.process

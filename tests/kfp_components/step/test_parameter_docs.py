@@ -20,6 +20,7 @@ from support.tree import copy_project
 
 from components.step.dispatch import UNSET, StepKnobs, sort_knobs
 from components.step.parameter_docs import documented, knob_docs
+from components.step.registration import Registration
 from components.trainjob.placement import Placement
 from gpt.stages import STAGES
 from pipeline.parameters import with_step_parameters
@@ -39,7 +40,7 @@ TIMEOUTS = {"load-corpus": 1800, "train-gpt": 86400, "generative-prompt": 3600}
 def knob_fields(stage_name: str) -> dict[str, dataclasses.Field]:
     stage = STAGES[stage_name]
     fields = [*dataclasses.fields(StepKnobs), *dataclasses.fields(Placement),
-              *dataclasses.fields(stage.config)]  # fmt: skip
+              *dataclasses.fields(Registration), *dataclasses.fields(stage.config)]  # fmt: skip
     return {f.name: f for f in fields}
 
 
@@ -67,6 +68,7 @@ def test_every_parameter_is_a_knob_with_its_type_and_default(stage_name):
     component = COMPONENTS[stage_name]
     fields = knob_fields(stage_name)
     hints = {**typing.get_type_hints(StepKnobs), **typing.get_type_hints(Placement),
+             **typing.get_type_hints(Registration),
              **typing.get_type_hints(STAGES[stage_name].config)}  # fmt: skip
     inputs = component.component_spec.inputs
     params = {n: p for n, p in inspect.signature(component.python_func).parameters.items()
