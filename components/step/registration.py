@@ -18,12 +18,13 @@ the registry; a registry that refuses or cannot be reached is one line, `Registr
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import os
 import re
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 from urllib.parse import urlparse
@@ -39,6 +40,9 @@ MODEL_CONFIG = RunDir.model_config.rel
 # names the format it serves (`supportedModelFormats`): what a deployment from the registry's
 # entry picks the runtime by.
 MODEL_FORMAT, MODEL_FORMAT_VERSION = "huggingface", "1"
+# A registration is a handful of small calls; one that has no answer in this long finds the
+# registry unreachable, where the client alone would wait 5 minutes a request.
+CALL_TIMEOUT_S = 60.0
 
 
 class RegistrationError(RuntimeError):
@@ -123,8 +127,9 @@ def model_entry(files: dict[str, bytes], registration: Registration, *, run: str
                       namespace=namespace)  # fmt: skip
 
 
-def _connect(address: str) -> Any:
-    """The client for `address` (scheme, host and port), or RegistrationError."""
+def _connect(address: str, runner: asyncio.Runner) -> Any:
+    """The client for `address` (scheme, host and port), running its calls on `runner`'s loop,
+    each within CALL_TIMEOUT_S; or RegistrationError."""
     from model_registry import ModelRegistry
 
     url = urlparse(address)
@@ -132,33 +137,41 @@ def _connect(address: str) -> Any:
         raise RegistrationError(f"model_registry {address!r}: not an http:// or https:// address")
     secure = url.scheme == "https"
     port = url.port or (443 if secure else 80)
+
+    # Our own loop, not the client's default (nest_asyncio2 patching asyncio for the whole
+    # process), and a bound on each call: the client's is 5 minutes a request, retried.
+    def run(call: Coroutine[Any, Any, Any]) -> Any:
+        return runner.run(asyncio.wait_for(call, CALL_TIMEOUT_S))
+
     # The client sends the step's service-account token where the pod has one (its default,
-    # /var/run/secrets/kubernetes.io/serviceaccount/token); https:// needs it, http:// goes on
-    # without it (a local run), so the client's warning that it is missing is not ours to say.
+    # /var/run/secrets/kubernetes.io/serviceaccount/token, or KFP's KF_PIPELINES_SA_TOKEN_PATH);
+    # https:// needs it, http:// goes on without it (a local run), so the client's warning that
+    # it is missing is not ours to say.
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", "User access token is missing")
         return ModelRegistry(f"{url.scheme}://{url.hostname}", port, author="gpt-trainjobs",
-                             is_secure=secure, log_level=logging.ERROR)
+                             is_secure=secure, log_level=logging.ERROR, async_runner=run)
 
 
 def register(address: str, entry: ModelEntry) -> str:
     """Register `entry` in the registry at `address`; what it did, in one line. A version of
     that name already there (a retried step) is left as it is."""
     try:
-        registry = _connect(address)
-        registered = registry.get_registered_model(entry.name) is not None
-        if registered and registry.get_model_version(entry.name, entry.version) is not None:
-            return (f"model registry {address}: {entry.name} version {entry.version} was "
-                    "already registered; left as it is")
-        registry.register_model(
-            entry.name, entry.uri, version=entry.version, model_format_name=MODEL_FORMAT,
-            model_format_version=MODEL_FORMAT_VERSION, metadata=entry.metadata,
-            version_description=f"trained by KFP run {entry.kfp_run}",
-            # The registry UI's "registered from": a KFP pipeline run, by namespace and id.
-            model_source_kind="kfp", model_source_class="pipelinerun",
-            model_source_group=entry.namespace or None, model_source_id=entry.kfp_run,
-            model_source_name=entry.version,
-        )  # fmt: skip
+        with asyncio.Runner() as runner:
+            registry = _connect(address, runner)
+            registered = registry.get_registered_model(entry.name) is not None
+            if registered and registry.get_model_version(entry.name, entry.version) is not None:
+                return (f"model registry {address}: {entry.name} version {entry.version} was "
+                        "already registered; left as it is")
+            registry.register_model(
+                entry.name, entry.uri, version=entry.version, model_format_name=MODEL_FORMAT,
+                model_format_version=MODEL_FORMAT_VERSION, metadata=entry.metadata,
+                version_description=f"trained by KFP run {entry.kfp_run}",
+                # The registry UI's "registered from": a KFP pipeline run, by namespace and id.
+                model_source_kind="kfp", model_source_class="pipelinerun",
+                model_source_group=entry.namespace or None, model_source_id=entry.kfp_run,
+                model_source_name=entry.version,
+            )  # fmt: skip
     except RegistrationError:
         raise
     except Exception as e:  # the client's and aiohttp's errors: refusals, no connection
@@ -178,6 +191,8 @@ def _reason(e: Exception) -> str:
             message = str(body or "")
         why = " ".join(f"{message or getattr(e, 'reason', '') or ''}".split())
         return f"refused (HTTP {status}{': ' + why if why else ''})"
+    if isinstance(e, TimeoutError):
+        return f"unreachable: no answer within {CALL_TIMEOUT_S:g} s"
     text = " ".join(str(e).split()) or type(e).__name__
     # aiohttp's connection errors and timeouts are OSErrors; the rest is the client's own
     # (a missing token for https://, a store error)

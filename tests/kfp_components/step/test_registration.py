@@ -165,6 +165,19 @@ def test_an_unreachable_registry_is_one_line_naming_it():
     assert "\n" not in str(err.value)
 
 
+def test_a_registry_that_never_answers_is_one_line_within_the_bound(monkeypatch):
+    import components.step.registration as registration
+
+    monkeypatch.setattr(registration, "CALL_TIMEOUT_S", 0.2)
+    with socket.socket() as silent:  # accepts connections (the kernel's backlog), never answers
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        address = f"http://127.0.0.1:{silent.getsockname()[1]}"
+        with pytest.raises(RegistrationError) as err:
+            register(address, entry("run-1"))
+    assert str(err.value) == f"model registry {address}: unreachable: no answer within 0.2 s"
+
+
 def test_a_bad_address_is_one_line():
     with pytest.raises(RegistrationError, match=r"^model_registry 'mr:8080': not an http"):
         register("mr:8080", entry("run-1"))
