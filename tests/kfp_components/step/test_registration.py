@@ -209,3 +209,36 @@ def test_the_registry_refuses_what_the_spec_refuses(model_registry):
     assert err.value.code == 422
     assert json.loads(err.value.read())["validation"][0]["location"] == ["body", "state"]
     assert not [m for m in store.models.values() if m["name"] == "off-spec"]
+
+
+class _Artifact:
+    """What train_gpt writes its outputs to: a KFP artifact's path, metrics and metadata."""
+
+    def __init__(self, path: Path):
+        self.path, self.metadata, self.metrics = str(path), {}, {}
+
+    def log_metric(self, name: str, value: float) -> None:
+        self.metrics[name] = value
+
+
+def test_the_component_registers_only_after_its_stage_and_fails_in_one_line(
+        tmp_path, monkeypatch):  # fmt: skip
+    """train_gpt's own body: the stage runs, its artifacts are made, then the registration,
+    whose unreachable registry fails the step with its one line."""
+    import components.step.dispatch as dispatch
+    from components.train_gpt import train_gpt
+
+    ran: list[dict] = []
+
+    def stage_ran(name: str, knobs: dict) -> StepResult:  # the TrainJob, completed
+        ran.append(knobs)
+        return StepResult("r", carried(tmp_path))
+
+    monkeypatch.setattr(dispatch, "run_step", stage_ran)
+    metrics, report = _Artifact(tmp_path / "metrics"), _Artifact(tmp_path / "report.html")
+    with pytest.raises(RegistrationError, match=r"^model registry http://127\.0\.0\.1:1: "
+                                                r"unreachable: Cannot connect"):  # fmt: skip
+        train_gpt.python_func(metrics=metrics, report=report, run="r", backend="local",
+                              root=str(tmp_path), model_registry="http://127.0.0.1:1")  # fmt: skip
+    assert len(ran) == 1 and "model_registry" not in ran[0]  # the stage had no such flag
+    assert metrics.metrics["val_bits_per_byte"] == 3.372 and Path(report.path).is_file()
