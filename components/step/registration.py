@@ -6,11 +6,11 @@ copy where `export_uri` made one, else the run's `model/` on PVC gpt-pvc as KSer
 `pvc://gpt-pvc/<run>/model`), in the format KServe's Hugging Face runtime serves (`huggingface`
 version 1: a Hugging Face directory of safetensors weights), with what the run was
 (architecture, parameters, tokenizer, validation bits per byte, `init_from`, the KFP run) as the
-version's metadata and the KFP run as the artifact's model source, the fields the registry's UI
-shows as "registered from a pipeline run". The `model-registry` client from PyPI does the
-talking (kubeflow/model-registry `clients/python`, imported only when a registry is named); what
-it sends is tested against the registry's OpenAPI spec (tests/kfp_components/step/
-test_registration.py).
+version's metadata and the KFP run as the artifact's model source (the registry's fields for
+where a model came from: kind `kfp`, class `pipelinerun`, the namespace, the run id). The
+`model-registry` client from PyPI does the talking (kubeflow/model-registry `clients/python`,
+imported only when a registry is named); what it sends is tested against the registry's OpenAPI
+spec (tests/kfp_components/step/test_registration.py).
 
 Pure functions of the run's carried files, like components/step/artifacts.py, and one call to
 the registry; a registry that refuses or cannot be reached is one line, `RegistrationError`.
@@ -60,6 +60,13 @@ class Registration:
     model_name: str = ""
     """Name of the registered model the run becomes a version of (the version is named after
     the run); empty: the run's name. Runs given one name are versions of one model."""
+
+    def __post_init__(self) -> None:
+        # Checked when the component starts, before its TrainJob: not after hours of training.
+        url = urlparse(self.model_registry)
+        if self.model_registry and (url.scheme not in ("http", "https") or not url.hostname):
+            raise ValueError(f"model_registry {self.model_registry!r}: not an http:// or "
+                             "https:// address")  # fmt: skip
 
     @classmethod
     def take(cls, knobs: dict[str, Any]) -> Registration:
@@ -128,13 +135,11 @@ def model_entry(files: dict[str, bytes], registration: Registration, *, run: str
 
 
 def _connect(address: str, runner: asyncio.Runner) -> Any:
-    """The client for `address` (scheme, host and port), running its calls on `runner`'s loop,
-    each within CALL_TIMEOUT_S; or RegistrationError."""
+    """The client for `address` (an http:// or https:// URL, `Registration` checked it),
+    running its calls on `runner`'s loop, each within CALL_TIMEOUT_S."""
     from model_registry import ModelRegistry
 
     url = urlparse(address)
-    if url.scheme not in ("http", "https") or not url.hostname:
-        raise RegistrationError(f"model_registry {address!r}: not an http:// or https:// address")
     secure = url.scheme == "https"
     port = url.port or (443 if secure else 80)
 
@@ -167,13 +172,11 @@ def register(address: str, entry: ModelEntry) -> str:
                 entry.name, entry.uri, version=entry.version, model_format_name=MODEL_FORMAT,
                 model_format_version=MODEL_FORMAT_VERSION, metadata=entry.metadata,
                 version_description=f"trained by KFP run {entry.kfp_run}",
-                # The registry UI's "registered from": a KFP pipeline run, by namespace and id.
+                # Where the model came from: a KFP pipeline run, by namespace and id.
                 model_source_kind="kfp", model_source_class="pipelinerun",
                 model_source_group=entry.namespace or None, model_source_id=entry.kfp_run,
                 model_source_name=entry.version,
             )  # fmt: skip
-    except RegistrationError:
-        raise
     except Exception as e:  # the client's and aiohttp's errors: refusals, no connection
         raise RegistrationError(f"model registry {address}: {_reason(e)}") from None
     return (f"model registry {address}: registered {entry.name} version {entry.version} "

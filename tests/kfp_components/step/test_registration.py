@@ -178,9 +178,15 @@ def test_a_registry_that_never_answers_is_one_line_within_the_bound(monkeypatch)
     assert str(err.value) == f"model registry {address}: unreachable: no answer within 0.2 s"
 
 
-def test_a_bad_address_is_one_line():
-    with pytest.raises(RegistrationError, match=r"^model_registry 'mr:8080': not an http"):
-        register("mr:8080", entry("run-1"))
+def test_a_bad_address_is_refused_before_the_stage_runs(tmp_path, monkeypatch):
+    import components.step.dispatch as dispatch
+    from components.train_gpt import train_gpt
+
+    monkeypatch.setattr(dispatch, "run_step", lambda *a: pytest.fail("the stage ran"))
+    with pytest.raises(ValueError, match=r"^model_registry 'mr:8080': not an http:// or "
+                                         r"https:// address$"):  # fmt: skip
+        train_gpt.python_func(metrics=None, report=None, run="r", backend="local",
+                              root=str(tmp_path), model_registry="mr:8080")  # fmt: skip
 
 
 @pytest.mark.process
