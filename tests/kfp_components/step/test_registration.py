@@ -248,3 +248,31 @@ def test_the_component_registers_only_after_its_stage_and_fails_in_one_line(
                               root=str(tmp_path), model_registry="http://127.0.0.1:1")  # fmt: skip
     assert len(ran) == 1 and "model_registry" not in ran[0]  # the stage had no such flag
     assert metrics.metrics["val_bits_per_byte"] == 3.372 and Path(report.path).is_file()
+
+
+def test_prism_sees_the_vendored_spec_but_for_its_discriminators():
+    """The one change Prism's copy of the spec has (support.registry.discriminated): a `oneOf`
+    with a discriminator becomes the alternatives it maps, each bound to its value; the rest of
+    the upstream spec is as vendored."""
+    import yaml
+    from support.registry import SPEC, discriminated
+
+    def without_choices(node):
+        if isinstance(node, list):
+            return [without_choices(item) for item in node]
+        if isinstance(node, dict):
+            return {k: without_choices(v) for k, v in node.items()
+                    if k not in ("oneOf", "discriminator")}  # fmt: skip
+        return node
+
+    upstream = yaml.safe_load(SPEC.read_text())
+    seen = discriminated(upstream)
+    assert without_choices(seen) == without_choices(upstream)
+    schemas, originals = seen["components"]["schemas"], upstream["components"]["schemas"]
+    chosen = {name: s["discriminator"] for name, s in originals.items() if "discriminator" in s}
+    assert {"Artifact", "ArtifactCreate", "MetadataValue"} <= chosen.keys()
+    for name, choice in chosen.items():
+        prop = choice["propertyName"]
+        assert [(a["allOf"][0]["$ref"], a["allOf"][1]["properties"][prop]["enum"])
+                for a in schemas[name]["oneOf"]] == [
+            (ref, [value]) for value, ref in choice["mapping"].items()]  # fmt: skip
