@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 from itertools import zip_longest
 from pathlib import Path
 
@@ -27,6 +28,13 @@ from support.registry import model_registry  # noqa: E402, F401
 from support.web import web_server  # noqa: E402, F401
 
 PROJECT = Path(__file__).resolve().parent.parent
+
+# A shell's background job without job control (`(make test &)`) starts with SIGINT ignored, and
+# every process inherits that: Python then keeps it ignored, so the tests of Ctrl-C (the prompt's
+# terminal, a second signal stopping training) would find it dead. They test it as a terminal
+# gives it; the xdist workers import this too.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 SHARED = PROJECT.parent / "shared"
 
 
