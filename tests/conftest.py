@@ -12,7 +12,12 @@ import pytest
 from support.apiserver import apiserver, custom_api, kubeconfig_env  # noqa: E402, F401
 
 # The Trainer-faithful test cluster on that server (tests/support/cluster/).
-from support.cluster import pvc, run_images, trainer_cluster  # noqa: E402, F401
+from support.cluster import (  # noqa: E402, F401
+    pvc,
+    run_images,
+    trainer_cluster,
+    trainer_feature_gates,
+)
 
 # images.env's names, whatever the environment says (tests/support/images_env.py).
 from support.images_env import default_images  # noqa: E402, F401

@@ -25,6 +25,14 @@ def peak_flops(world: World, bf16: bool) -> float | None:
     return world.size * peaks[0] if peaks and bf16 else None
 
 
+def fraction_done(cfg: TrainConfig, st: TrainState) -> float:
+    """How much of the run is done: of --max_iters, or of --time_budget where that is further."""
+    done = st.step / cfg.max_iters
+    if cfg.time_budget:
+        done = max(done, st.elapsed_s / cfg.time_budget)
+    return min(1.0, done)
+
+
 def duration(seconds: float) -> str:
     seconds = max(0, round(seconds))
     return f"{seconds // 60}m{seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s"
@@ -39,6 +47,8 @@ class TrainingProgress:
         self.cfg, self.tokens_per_iter, self.log = cfg, tokens_per_iter, log
         self.flops_per_token, self.peak_flops = flops_per_token, peak_flops
         self._mark = (time.perf_counter(), 0)
+        self._per_iter: float | None = None
+        """Seconds per iteration over the last logged span; None before the first."""
 
     def restart(self, iteration: int) -> None:
         self._mark = (time.perf_counter(), iteration)
@@ -50,11 +60,9 @@ class TrainingProgress:
         now = time.perf_counter()
         since, since_iter = self._mark
         self._mark = (now, st.step)
-        per_iter = (now - since) / max(1, st.step - since_iter)
-        tokens_per_s = self.tokens_per_iter / per_iter
-        eta = (cfg.max_iters - st.step) * per_iter
-        if cfg.time_budget:
-            eta = min(eta, cfg.time_budget - st.elapsed_s)
+        self._per_iter = (now - since) / max(1, st.step - since_iter)
+        tokens_per_s = self.tokens_per_iter / self._per_iter
+        eta = self.remaining_s(st)
         mfu = ""
         record = {"loss": loss, "lr": lr, "tokens_per_s": tokens_per_s}
         if self.peak_flops:
@@ -66,3 +74,13 @@ class TrainingProgress:
             f"ETA {duration(eta)}"
         )
         return record
+
+    def remaining_s(self, st: TrainState) -> float | None:
+        """Seconds left at the last logged pace: to --max_iters, or to --time_budget where that
+        comes first; None before the first progress line."""
+        if self._per_iter is None:
+            return None
+        eta = (self.cfg.max_iters - st.step) * self._per_iter
+        if self.cfg.time_budget:
+            eta = min(eta, self.cfg.time_budget - st.elapsed_s)
+        return max(0.0, eta)

@@ -10,8 +10,9 @@ before the model is built: the trainer runs on its finished config.
 
 The loop is `Trainer`; what it calls lives beside it: optimizer.py (AdamW, the learning-rate
 schedule), compute.py (compile, DDP, bfloat16), evaluation.py, checkpointer.py (what a checkpoint
-holds, restoring it), metrics.py (the progress line and records), report.py, and init_from.py
-(where a new fine-tuning run's weights come from).
+holds, restoring it), metrics.py (the progress line and records), trainer_status.py (the same
+progress in the TrainJob's status, where Kubeflow Trainer asks for it), report.py, and
+init_from.py (where a new fine-tuning run's weights come from).
 """
 
 from __future__ import annotations
@@ -51,10 +52,11 @@ from gpt.training.divergence import Divergence
 from gpt.training.ema import WeightAverage
 from gpt.training.evaluation import Evaluator
 from gpt.training.init_from import Start, recorded
-from gpt.training.metrics import TrainingProgress, duration, peak_flops
+from gpt.training.metrics import TrainingProgress, duration, fraction_done, peak_flops
 from gpt.training.optimizer import build_optimizer, lr_at
 from gpt.training.recipe import Recipe, finish
 from gpt.training.stopping import Stopped, StopRequest
+from gpt.training.trainer_status import StatusReporter
 
 
 class _WithGradOf(torch.autograd.Function):
@@ -178,6 +180,9 @@ class Trainer:
         self.peak_flops = peak_flops(world, self.bf16)
         self.progress = TrainingProgress(cfg, self.tokens_per_iter,
                                          self.model.flops_per_token(), self.peak_flops, self.log)
+        self.status = StatusReporter.from_env(self.log) if world.is_main else None
+        """Rank 0's progress in the TrainJob's status (gpt/training/trainer_status.py); None
+        where Kubeflow Trainer gave this container no status server."""
 
     def _autocast(self):
         return autocast(self.bf16, self.device)
@@ -215,6 +220,8 @@ class Trainer:
             last_val = self.evaluate()
         if world.is_main:
             self._export_and_report(last_val)
+        if self.status:
+            self.status.finish(last_val)
 
     def _log_start(self) -> None:
         cfg, st = self.cfg, self.state
@@ -247,9 +254,10 @@ class Trainer:
         if eval_due:
             record |= (val := self.evaluate())
         if record and self.world.is_main:
-            append_jsonl(self.rundir.train_jsonl,
-                         {"step": st.step, "elapsed_s": st.elapsed_s, **record},
-                         what=f"the metrics of step {st.step}")
+            record = {"step": st.step, "elapsed_s": st.elapsed_s, **record}
+            append_jsonl(self.rundir.train_jsonl, record, what=f"the metrics of step {st.step}")
+            if self.status:
+                self.status.report(fraction_done(cfg, st), self.progress.remaining_s(st), record)
         if checkpoint_due:
             self.checkpointer.save(st)
             self.progress.restart(st.step)

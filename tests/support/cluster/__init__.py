@@ -32,6 +32,9 @@ Not emulated (a real cluster may still differ here):
   back-off between retries, the wait for a terminating pod before its replacement beyond the
   pod's own end; node-lifecycle delays (a lost node's pod fails at once, where a cluster waits
   for the unreachable toleration and may leave the pod terminating, kubernetes-sigs/jobset#576);
+- Trainer's `TrainJobStatus` gate (cluster/render.py, cluster/statusserver.py): the token is
+  written once (no rotation at 80% of its hour), the CA's ConfigMap is no API object, the
+  status server's OIDC discovery, Go's path cleaning and HTTP/2 are not played;
 - signals without root: the container's first process then runs in this machine's PID
   namespace, so SIGTERM ends it even without a handler (tests that depend on PID 1 skip).
 """
@@ -53,7 +56,8 @@ UPSTREAM_RUNTIME = Path("trainer-crds") / "v2.3.0" / "reference-torch_distribute
 # Two shared cores: one thread per process (torchrun sets it only for > 1 process per node).
 NODE_ENV = {"OMP_NUM_THREADS": "1"}
 
-__all__ = ["Claim", "Cluster", "Kubelet", "pvc", "run_images", "runtimes", "trainer_cluster"]
+__all__ = ["Claim", "Cluster", "Kubelet", "pvc", "run_images", "runtimes", "trainer_cluster",
+           "trainer_feature_gates"]
 
 
 def runtimes(shared: Path) -> list[dict]:
@@ -70,8 +74,15 @@ def run_images() -> dict | None:
 
 
 @pytest.fixture
-def trainer_cluster(shared, apiserver, custom_api, tmp_path, monkeypatch,
-                    run_images) -> Iterator[Cluster]:  # fmt: skip
+def trainer_feature_gates() -> frozenset[str]:
+    """The Trainer's feature gates that are on: none, as v2.3.0 ships; a test turns one on by
+    parametrizing this fixture (`TrainJobStatus`: cluster/statusserver.py)."""
+    return frozenset()
+
+
+@pytest.fixture
+def trainer_cluster(shared, apiserver, custom_api, tmp_path, monkeypatch, run_images,
+                    trainer_feature_gates) -> Iterator[Cluster]:  # fmt: skip
     """A cluster serving a fresh namespace, its PVC `gpt-pvc` = `tmp_path/pvc`; the step side's
     kube config and pod logs point at it. Stopped (its pods deleted) at the end, where an error
     of the cluster itself (not of a TrainJob) fails the test."""
@@ -87,7 +98,7 @@ def trainer_cluster(shared, apiserver, custom_api, tmp_path, monkeypatch,
     monkeypatch.setenv("KUBECONFIG", str(apiserver.kubeconfig))
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
     monkeypatch.setenv(LOG_DIR_ENV, str(kubelet.logs))
-    cluster = Cluster(custom_api, ns, kubelet)
+    cluster = Cluster(custom_api, ns, kubelet, trainer_feature_gates)
     yield cluster
     cluster.shutdown()
     assert not cluster.errors(), "the test cluster itself failed"

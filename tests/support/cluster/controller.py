@@ -8,7 +8,9 @@ allows, a failed Job restarts the whole JobSet while failurePolicy.maxRestarts a
 outcome is written to the TrainJob's status as the Trainer does. A JobSet that JobSet's webhook
 refuses (cluster/jobset_webhook.py) makes no pods: the Trainer records a Warning Event
 (cluster/events.py) on each retry and sets no condition. Deleting the TrainJob deletes its pods
-(the garbage collector's part).
+(the garbage collector's part). With the `TrainJobStatus` feature gate on, the Trainer also
+runs its status server (cluster/statusserver.py), and each TrainJob's pods get its variables
+and credentials (cluster/render.py) and the ConfigMap of its CA.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import socket
 import threading
 import time
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from components.trainjob.launcher import GROUP, PLURAL, VERSION
 from support.cluster.events import EventRecorder
@@ -31,7 +33,18 @@ from support.cluster.failure import (
 )
 from support.cluster.jobset_webhook import admission_error
 from support.cluster.kubelet import Kubelet, Pod
-from support.cluster.render import NODE, Rendered, render
+from support.cluster.render import (
+    NODE,
+    STATUS_PORT,
+    TRAINJOB_STATUS,
+    Rendered,
+    render,
+    status_host,
+    tls_config_map,
+)
+
+if TYPE_CHECKING:
+    from support.cluster.statusserver import StatusServer
 
 RUNTIMES = "clustertrainingruntimes"
 # How often the controllers here look at the pods (an informer's events, upstream).
@@ -87,10 +100,14 @@ class JobSetRun(threading.Thread):
     """One TrainJob's JobSet, from its first pods to the TrainJob's final condition."""
 
     def __init__(
-        self, api: Any, kubelet: Kubelet, events: EventRecorder, trainjob: dict[str, Any]
+        self, api: Any, kubelet: Kubelet, events: EventRecorder, trainjob: dict[str, Any],
+        feature_gates: frozenset[str] = frozenset(), status_ca: str = "",
     ):
         super().__init__(daemon=True, name=f"jobset-{trainjob['metadata']['name']}")
         self.api, self.kubelet, self.events, self.trainjob = api, kubelet, events, trainjob
+        self.feature_gates = feature_gates
+        self.status_ca = status_ca
+        """The status server's CA (PEM), where the TrainJobStatus gate is on."""
         self.created = time.monotonic()
         """When the Trainer first saw it: its creationTimestamp, within a poll."""
         self.pods: list[Pod] = []
@@ -110,7 +127,12 @@ class JobSetRun(threading.Thread):
             runtime = self.api.get_cluster_custom_object(
                 GROUP, VERSION, RUNTIMES, self.trainjob["spec"]["runtimeRef"]["name"]
             )
-            plan = render(self.trainjob, runtime)
+            plan = render(self.trainjob, runtime, self.feature_gates)
+            if TRAINJOB_STATUS in self.feature_gates:
+                # trainjobstatus.go (Build): the CA from the webhook's Secret, in a ConfigMap of
+                # the TrainJob's namespace that its pods project.
+                self.kubelet.config_maps[(meta["namespace"], tls_config_map(meta["name"]))] = {
+                    "ca.crt": self.status_ca}  # fmt: skip
             # JobSet's webhook refuses the JobSet Trainer would create (cluster/jobset_webhook.py).
             if refused := admission_error(plan.jobset):
                 return self._retry_creation(refused)
@@ -268,9 +290,24 @@ class JobSetRun(threading.Thread):
 class Cluster(threading.Thread):
     """Plays Trainer, JobSet, the Job controller and the kubelet for one namespace."""
 
-    def __init__(self, api: Any, namespace: str, kubelet: Kubelet):
+    def __init__(self, api: Any, namespace: str, kubelet: Kubelet,
+                 feature_gates: frozenset[str] = frozenset()):  # fmt: skip
         super().__init__(daemon=True, name=f"test-cluster-{namespace}")
         self.api, self.namespace, self.kubelet = api, namespace, kubelet
+        self.feature_gates = feature_gates
+        """The Trainer's feature gates that are on (v2.3.0 ships with none)."""
+        self.status_server: StatusServer | None = None
+        if TRAINJOB_STATUS in feature_gates:
+            # cmd/trainer-controller-manager/main.go: the gate starts the status server; the
+            # API server issues the pods' tokens that it verifies. (Imported here: cryptography
+            # only where the gate is on.)
+            from support.cluster.certs import TokenIssuer
+            from support.cluster.statusserver import StatusServer, api_apply
+
+            issuer = TokenIssuer()
+            self.status_server = StatusServer(issuer, api_apply(api))
+            kubelet.token_issuer = issuer
+            kubelet.services[f"{status_host()}:{STATUS_PORT}"] = self.status_server.address
         self.runs: dict[str, JobSetRun] = {}
         # kubeflow/trainer v2.3.0 pkg/controller/setup.go: the TrainJob reconciler's recorder.
         self.events = EventRecorder(kubelet.logs, "trainer-trainjob-controller")
@@ -286,13 +323,17 @@ class Cluster(threading.Thread):
             for obj in items:
                 name = obj["metadata"]["name"]
                 if name not in self.runs:
-                    run = JobSetRun(self.api, self.kubelet, self.events, obj)
+                    run = JobSetRun(self.api, self.kubelet, self.events, obj, self.feature_gates,
+                                    self._status_ca())  # fmt: skip
                     run.start()  # before it is seen: shutdown joins every run in self.runs
                     self.runs[name] = run
             for name, run in list(self.runs.items()):
                 if name not in names and not run.deleted.is_set():
                     run.deleted.set()
                     threading.Thread(target=run.delete, daemon=True).start()
+
+    def _status_ca(self) -> str:
+        return self.status_server.cert.ca_pem.decode() if self.status_server else ""
 
     def wait_for(self, trainjob_prefix: str, timeout: float = 60) -> JobSetRun:
         """The JobSet of the first TrainJob whose name starts with `trainjob_prefix`."""
@@ -314,3 +355,5 @@ class Cluster(threading.Thread):
         self.join(5)  # no run added while they are deleted
         for run in list(self.runs.values()):
             run.delete()
+        if self.status_server:
+            self.status_server.stop()

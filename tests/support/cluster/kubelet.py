@@ -13,7 +13,11 @@ What a pod gets here, and how that stands in for a node:
 - the network: pods share this machine's, so the cluster DNS name of node 0
   (PET_MASTER_ADDR) resolves to 127.0.0.1, and the JobSet's port (PET_MASTER_PORT, 29500 in
   every pod on a cluster) is mapped to a free port of its own, so two TrainJobs (or two test
-  sessions on one machine) never meet on 29500;
+  sessions on one machine) never meet on 29500; a Service's `<name>.<namespace>.svc:<port>` in
+  a URL of the env is where its server listens here (`services`, Trainer's status server);
+- projected volumes (a service-account token from `token_issuer` for the projection's
+  audience, ConfigMap items from `config_maps`): written once into the pod's folder and reached
+  as a PVC mount is (the kubelet's rotation of the token at 80% of its life is not played);
 - the log: stdout and stderr, line by line, into `<logs>/<namespace>/<pod>/node.log` (the
   container runtime's part, `ContainerLog`), rotated as the kubelet rotates it (`LogRotation`,
   `Kubelet._rotate`), `node.exit` holding the exit code once the container ended, the pod's
@@ -55,7 +59,7 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from components.trainjob.podlogs import STATUS_FILE, UID_FILE
 from support.cluster.events import EventRecorder, write_whole
@@ -67,6 +71,9 @@ from support.cluster.images import (
     set_volume_ownership,
 )
 from support.cluster.render import COMPLETION_INDEX, NODE, Rendered
+
+if TYPE_CHECKING:  # cryptography is imported only where the TrainJobStatus gate is on
+    from support.cluster.certs import TokenIssuer
 
 # kubernetes staging/src/k8s.io/apimachinery/pkg/util/rand/rand.go: generateName's alphabet.
 _SUFFIX = "bcdfghjklmnpqrstvwxz2456789"
@@ -375,6 +382,12 @@ class Kubelet:
         self._lock = threading.Lock()
         self._torn_down = threading.Event()
         self._rotator: threading.Thread | None = None
+        self.services: dict[str, str] = {}
+        """A Service's `<name>.<namespace>.svc:<port>` -> the `127.0.0.1:<port>` it is here."""
+        self.token_issuer: TokenIssuer | None = None
+        """What signs the service-account tokens of projected volumes (the API server's)."""
+        self.config_maps: dict[tuple[str, str], dict[str, str]] = {}
+        """ConfigMaps' data by (namespace, name)."""
 
     def bind(self, namespace: str, name: str, claim: Claim) -> None:
         """Make `claim` the PVC `name` of `namespace`, readable as a core/v1 PVC beside the
@@ -488,6 +501,8 @@ class Kubelet:
                 status.waiting(refused.reason, refused.message)
             else:
                 status.running()
+        if not pending:
+            mounts = {**mounts, **self._projected(plan, folder, meta)}
         image = None if pending or self.run_images is None else self.run_images[status.image]
         if pending:  # the container never starts: a process that waits stands in for the pod
             mounts, argv = {}, [sys.executable, "-c", "import signal; signal.pause()"]
@@ -497,7 +512,7 @@ class Kubelet:
             argv = [_remap(a, mounts) for a in plan.container.get("command", []) +
                     plan.container.get("args", [])]  # fmt: skip
         namespaced = not pending and (image is not None or pid_namespaces())
-        local = {k: v if image else _remap(v, mounts) for k, v in env.items()}
+        local = {k: self._reach(v if image else _remap(v, mounts)) for k, v in env.items()}
         if "PET_MASTER_ADDR" in env:  # node 0's DNS name and the JobSet's port, as mapped here
             local.update(PET_MASTER_ADDR="127.0.0.1", PET_MASTER_PORT=str(port))
         local.update(
@@ -537,6 +552,43 @@ class Kubelet:
                                                  name="kubelet-log-rotation")  # fmt: skip
                 self._rotator.start()
         return pod
+
+    def _projected(self, plan: Rendered, folder: Path, meta: dict[str, Any]) -> dict[str, Path]:
+        """Mount path -> folder of each projected volume the container mounts, written now.
+
+        kubernetes pkg/volume/projected/projected.go (collectData): a `serviceAccountToken`
+        source is a TokenRequest for the pod with the projection's audience and
+        expirationSeconds (default 3600), written at its `path`; a `configMap` source writes
+        the listed keys at their paths (a ConfigMap not there is not modelled)."""
+        volumes = {v["name"]: v for v in plan.pod_spec.get("volumes") or []}
+        found = {}
+        for mount in plan.container.get("volumeMounts") or []:
+            projected = volumes[mount["name"]].get("projected")
+            if projected is None:
+                continue
+            where = folder / "volumes" / mount["name"]
+            where.mkdir(parents=True)
+            for source in projected["sources"]:
+                if token := source.get("serviceAccountToken"):
+                    if self.token_issuer is None:
+                        raise NotImplementedError("a token projection without a token issuer")
+                    (where / token["path"]).write_text(self.token_issuer.issue(
+                        token["audience"], token.get("expirationSeconds", 3600), plan.namespace,
+                        meta))  # fmt: skip
+                elif config_map := source.get("configMap"):
+                    data = self.config_maps[(plan.namespace, config_map["name"])]
+                    for item in config_map["items"]:
+                        (where / item["path"]).write_text(data[item["key"]])
+                else:
+                    raise NotImplementedError(f"projected source {sorted(source)}")
+            found[mount["mountPath"]] = where
+        return found
+
+    def _reach(self, text: str) -> str:
+        """`text` with each Service's address in a URL replaced by where it listens here."""
+        for service, address in self.services.items():
+            text = text.replace(f"//{service}/", f"//{address}/")
+        return text
 
     def _refused(self, plan: Rendered, image: str,
                  pod_ref: dict[str, Any]) -> CreateContainerError | None:  # fmt: skip

@@ -21,6 +21,24 @@ TRAINER_PORT = 29500
 COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
 # kubernetes pkg/controller/job/job_controller.go: a Job's backoffLimit defaults to 6.
 DEFAULT_BACKOFF_LIMIT = 6
+# kubeflow/trainer v2.3.0 pkg/features/features.go: the alpha gate (default off) that registers
+# the TrainJobStatus plugin (pkg/runtime/framework/plugins/registry.go) and starts the status
+# server (cmd/trainer-controller-manager/main.go).
+TRAINJOB_STATUS = "TrainJobStatus"
+# pkg/runtime/framework/plugins/trainjobstatus/trainjobstatus.go: what the plugin gives the
+# trainer containers.
+STATUS_ENV_URL = "KUBEFLOW_TRAINER_SERVER_URL"
+STATUS_ENV_CA_CERT = "KUBEFLOW_TRAINER_SERVER_CA_CERT"
+STATUS_ENV_TOKEN = "KUBEFLOW_TRAINER_SERVER_TOKEN"
+STATUS_MOUNT = "/var/run/secrets/kubeflow/trainer"
+STATUS_VOLUME = "kubeflow-trainer-token"
+STATUS_TOKEN_EXPIRY_S = 3600
+# pkg/apis/config/v1alpha1/defaults.go: certManagement's webhookServiceName and statusServer's
+# port; pkg/util/cert/cert.go: the operator's namespace where the controller's service-account
+# namespace file is absent.
+STATUS_SERVICE = "kubeflow-trainer-controller-manager"
+OPERATOR_NAMESPACE = "kubeflow-system"
+STATUS_PORT = 10443
 
 
 @dataclass(frozen=True)
@@ -69,15 +87,65 @@ def master_addr(trainjob: str) -> str:
 
 def _upsert_env(env: list[dict[str, Any]], new: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """kubeflow/trainer pkg/apply/apply.go UpsertEnvVars: replace by name, else append."""
-    out = [dict(e) for e in env]
     for item in new:
-        for i, e in enumerate(out):
-            if e["name"] == item["name"]:
-                out[i] = dict(item)
-                break
-        else:
-            out.append(dict(item))
-    return out
+        env = _upsert(env, dict(item), "name")
+    return env
+
+
+def _upsert(items: list[dict[str, Any]], new: dict[str, Any], key: str) -> list[dict[str, Any]]:
+    """kubeflow/trainer pkg/apply/apply.go upsert: replace the item of the same `key`, else
+    append (env and volumes by name, volume mounts by mountPath); a new list."""
+    for i, item in enumerate(items):
+        if item.get(key) == new[key]:
+            return [*items[:i], new, *items[i + 1:]]
+    return [*items, new]
+
+
+def status_host() -> str:
+    """Where trainjobstatus.go (createEnvVars) sends pods: `<webhookServiceName>.<operator
+    namespace>.svc`, the service in front of the controller."""
+    return f"{STATUS_SERVICE}.{OPERATOR_NAMESPACE}.svc"
+
+
+def status_path(namespace: str, name: str) -> str:
+    """pkg/statusserver/utils.go StatusUrl."""
+    return f"/apis/trainer.kubeflow.org/v1alpha1/namespaces/{namespace}/trainjobs/{name}/status"
+
+
+def token_audience(namespace: str, name: str) -> str:
+    """pkg/statusserver/utils.go TokenAudience (TokenAudiencePrefix `trainer.kubeflow.org`)."""
+    return f"trainer.kubeflow.org/v1alpha1/namespaces/{namespace}/trainjobs/{name}/status"
+
+
+def tls_config_map(trainjob: str) -> str:
+    """trainjobstatus.go (Build): the ConfigMap holding the status server's CA for a TrainJob."""
+    return f"{trainjob}-tls-config"
+
+
+def _trainjob_status(pod_spec: dict[str, Any], namespace: str, name: str) -> None:
+    """trainjobstatus.go EnforceMLPolicy, for every TrainJob: each container of the trainer pod
+    set gets the status server's URL and the paths of its CA and of a token, and the pod a
+    projected volume of both, read-only at STATUS_MOUNT: a service-account token for the
+    TrainJob's own audience, valid an hour, and the CA from the ConfigMap the plugin's Build
+    copies from the webhook's Secret."""
+    url = f"https://{status_host()}:{STATUS_PORT}{status_path(namespace, name)}"
+    env = [
+        {"name": STATUS_ENV_URL, "value": url},
+        {"name": STATUS_ENV_CA_CERT, "value": f"{STATUS_MOUNT}/ca.crt"},
+        {"name": STATUS_ENV_TOKEN, "value": f"{STATUS_MOUNT}/token"},
+    ]
+    mount = {"name": STATUS_VOLUME, "mountPath": STATUS_MOUNT, "readOnly": True}
+    for container in pod_spec["containers"]:
+        container["env"] = _upsert_env(container.get("env") or [], env)
+        container["volumeMounts"] = _upsert(container.get("volumeMounts") or [], mount,
+                                            "mountPath")  # fmt: skip
+    volume = {"name": STATUS_VOLUME, "projected": {"sources": [
+        {"serviceAccountToken": {"audience": token_audience(namespace, name),
+                                 "expirationSeconds": STATUS_TOKEN_EXPIRY_S, "path": "token"}},
+        {"configMap": {"name": tls_config_map(name),
+                       "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
+    ]}}  # fmt: skip
+    pod_spec["volumes"] = _upsert(pod_spec.get("volumes") or [], volume, "name")
 
 
 def _cpus(resources: dict[str, Any]) -> int:
@@ -113,8 +181,10 @@ def trainer_replicated_job(runtime: dict[str, Any]) -> dict[str, Any]:
     return trainers[0]
 
 
-def render(trainjob: dict[str, Any], runtime: dict[str, Any]) -> Rendered:
-    """The JobSet the Trainer would create for `trainjob` on `runtime`."""
+def render(trainjob: dict[str, Any], runtime: dict[str, Any],
+           feature_gates: frozenset[str] = frozenset()) -> Rendered:  # fmt: skip
+    """The JobSet the Trainer would create for `trainjob` on `runtime`, with the Trainer's
+    `feature_gates` that are on."""
     spec_trainer = trainjob["spec"].get("trainer") or {}
     rjob = copy.deepcopy(trainer_replicated_job(runtime))
     job_spec = rjob["template"]["spec"]
@@ -152,6 +222,9 @@ def render(trainjob: dict[str, Any], runtime: dict[str, Any]) -> Rendered:
             {"name": "PET_MASTER_ADDR", "value": master_addr(trainjob["metadata"]["name"])},
             {"name": "PET_MASTER_PORT", "value": str(TRAINER_PORT)},
         ])  # fmt: skip
+
+    if TRAINJOB_STATUS in feature_gates:
+        _trainjob_status(pod_spec, trainjob["metadata"]["namespace"], trainjob["metadata"]["name"])
 
     # kubernetes-sigs/jobset api/jobset/v1alpha2/jobset_types.go: failurePolicy.maxRestarts
     # (0 when the policy is set without it); no failurePolicy: any failed Job fails the JobSet.
