@@ -30,6 +30,7 @@ BENCHMARKS = {
     "step_memory": "bench.step_memory",
     "stop_checkpoint": "bench.stop_checkpoint",
     "finetune": "bench.finetune",
+    "status_server": "bench.status_server",
 }
 
 

@@ -31,6 +31,7 @@ from typing import Any
 from components.trainjob.logfollow import LogFollower
 from components.trainjob.placement import Placement
 from components.trainjob.podlogs import PodLogs, PodRef, from_environment, node0_log
+from components.trainjob.progress_lines import ProgressLines
 from components.trainjob.stagelog import LOG_TAIL_LINES, tail
 from components.trainjob.warning_events import Events
 from components.trainjob.warning_events import from_environment as events_from_environment
@@ -226,7 +227,8 @@ def launch(
     `api` is a `CustomObjectsApi` (default: from the kube config), `pods` is where the pods'
     logs are read (default: `podlogs.from_environment()`), `events` where the TrainJob's
     Events are (default: `events.from_environment()`); `on_update` sees every version of the
-    TrainJob as it arrives (the prompt stage uses it to find its pod). A TrainJob with no pod
+    TrainJob as it arrives (the prompt stage uses it to find its pod), after its trainerStatus,
+    where it changed, is said (components/trainjob/progress_lines.py). A TrainJob with no pod
     `spec.placement.start_timeout` seconds after its creation, or with a pod still Pending that
     long after the pod's creation, is deleted and raises `TrainJobStuck`.
     """
@@ -248,7 +250,14 @@ def launch(
         grace, created + grace,
     )
     job = _Created(api, namespace, name, pods, LogFollower(pods, namespace, name, say).start(), say)
-    final = job.follow(obj, start, spec.placement.timeout, on_update, startup)
+    progress = ProgressLines(say)
+
+    def seen(version: dict[str, Any]) -> None:
+        progress(version)
+        if on_update:
+            on_update(version)
+
+    final = job.follow(obj, start, spec.placement.timeout, seen, startup)
     return job.outcome(final, elapsed=time.monotonic() - start)
 
 

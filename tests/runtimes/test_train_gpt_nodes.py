@@ -1,5 +1,6 @@
 """train-gpt as a multi-node TrainJob on the test cluster: torchrun's rendezvous on the Trainer's
-PET_* env across node pods, and a node lost (JobSet restarts, then no restarts left)."""
+PET_* env across node pods, its progress in the TrainJob's status, and a node lost (JobSet
+restarts, then no restarts left)."""
 
 from __future__ import annotations
 
@@ -7,12 +8,14 @@ import copy
 import threading
 import time
 import warnings
+from datetime import datetime
 from pathlib import Path
 
 import pytest
 import yaml
 from support.apiserver import apply_cluster_object
 from support.cluster.controller import SYNC_BATCH_S
+from support.cluster.render import TRAINJOB_STATUS
 from support.paths import PROJECT
 from support.runs import (
     STOPPABLE,
@@ -27,7 +30,7 @@ from support.runs import (
 )
 from support.trainjobs import train_on_cluster
 
-from components.trainjob.launcher import GROUP, VERSION, TrainJobFailed
+from components.trainjob.launcher import GROUP, PLURAL, VERSION, TrainJobFailed
 from gpt.rundir.layout import RunDir
 
 pytestmark = [pytest.mark.slow, pytest.mark.apiserver]
@@ -36,13 +39,18 @@ pytestmark = [pytest.mark.slow, pytest.mark.apiserver]
 # process each, the shape the lost-node and eviction tests train, end as two ranks on one
 # machine do (those tests compare them with support.runs.uninterrupted); it ran here
 # too until its half a minute was wanted back (issue 44: make test).
+#
+# The Trainer runs with the TrainJobStatus gate here: rank 0 posts its progress (issue 59).
 @pytest.mark.parametrize("nodes,procs", [(2, 2)])
+@pytest.mark.parametrize("trainer_feature_gates", [frozenset({TRAINJOB_STATUS})],
+                         ids=[TRAINJOB_STATUS])  # fmt: skip
 def test_nodes_train_through_the_rendezvous_as_one_process_would(
     nodes, procs, pvc, trainer_cluster
 ):
     steps = {"max_iters": 8, "eval_interval": 4, "ckpt_interval": 4}
     write_data(pvc, "ddp")
-    train_on_cluster(trainer_cluster, "ddp", nodes, procs, **steps)
+    said: list[str] = []
+    train_on_cluster(trainer_cluster, "ddp", nodes, procs, say=said.append, **steps)
     (run,) = trainer_cluster.runs.values()
     last = [p for p in run.pods if p.attempt == run.restarts]
     if run.restarts:
@@ -56,6 +64,7 @@ def test_nodes_train_through_the_rendezvous_as_one_process_would(
     node0, node1 = (p.log for p in last)
     assert f"{nodes * procs} process(es) on cpu" in node0
     assert node0.count("done: 8 steps") == 1 and "done: 8 steps" not in node1  # rank 0 alone
+    assert_progress_in_the_trainjobs_status(trainer_cluster, run.trainjob, said)
 
     ddp = records(RunDir.of(pvc, "ddp"))
     assert [r["step"] for r in ddp] == list(range(1, 9))  # written once, by rank 0
@@ -63,6 +72,26 @@ def test_nodes_train_through_the_rendezvous_as_one_process_would(
     assert train(pvc, "one", *as_flags({**TINY_DDP, **steps})) == 0
     for a, b in zip(ddp, records(RunDir.of(pvc, "one")), strict=True):
         assert a["loss"] == pytest.approx(b["loss"], rel=1e-4), a["step"]
+
+
+def assert_progress_in_the_trainjobs_status(cluster, trainjob: dict, said: list[str]) -> None:
+    """The run's status.trainerStatus moved while it trained, as the step's log says (once per
+    change, from the launcher's watch), and reached 100% before the TrainJob completed, with the
+    last validation; rank 0 alone posted, each post taken."""
+    meta = trainjob["metadata"]
+    seen = [line for line in said if " trainerStatus: " in line]
+    complete = next(i for i, line in enumerate(said) if " complete after " in line)
+    assert len(seen) >= 2 and "loss " in seen[0], said
+    assert not seen[0].split(" trainerStatus: ")[1].startswith("100%"), seen
+    assert "100% done, about 0 s left" in seen[-1] and said.index(seen[-1]) < complete, said
+    final = cluster.api.get_namespaced_custom_object(
+        GROUP, VERSION, meta["namespace"], PLURAL, meta["name"])["status"]["trainerStatus"]
+    assert final["progressPercentage"] == 100 and final["estimatedRemainingSeconds"] == 0
+    metrics = {m["name"]: m["value"] for m in final["metrics"]}
+    assert metrics["step"] == "8" and float(metrics["val_bpb"]) > 0, metrics
+    assert datetime.strptime(final["lastUpdatedTime"], "%Y-%m-%dT%H:%M:%SZ")
+    codes = [code for code, _ in cluster.status_server.requests]
+    assert codes and set(codes) == {200}, codes
 
 
 def lose_node_after_checkpoint(cluster, pvc: Path, run: str, index: int) -> threading.Thread:

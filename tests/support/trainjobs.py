@@ -4,6 +4,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from components.step.artifacts import LOSS_PNG, REPORT_MD, TRAIN_JSONL
 from components.step.dispatch import run_stage
 from components.trainjob.launcher import TrainJobSpec
@@ -16,13 +18,14 @@ TRAIN_FILES = [TRAIN_JSONL, REPORT_MD, LOSS_PNG]
 
 
 def train_on_cluster(cluster, run: str, nodes: int, procs: int, image: str = "gpt-workload:t",
+                     say: Callable[[str], None] = lambda _: None,
                      **flags) -> dict[str, bytes]:  # fmt: skip
     """train-gpt through its component path (run_stage, backend trainjob) on `cluster`: TINY_DDP,
-    with `flags` over it."""
+    with `flags` over it; `say` gets the step's log lines."""
     values = {"root": "/gpt", "run": run, **TINY_DDP, **flags}
     placement = Placement(num_nodes=nodes, num_proc_per_node=procs, timeout=120)
     return run_stage("train-gpt", values, placement, backend="trainjob", image=image,
-                     namespace=cluster.namespace, say=lambda _: None)  # fmt: skip
+                     namespace=cluster.namespace, say=say)  # fmt: skip
 
 
 def stand_in(program: str, name: str = "train-gpt", nodes: int = 1) -> TrainJobSpec:
