@@ -5,10 +5,11 @@ server at all (gpt/training/trainer_status.py).
 Each case runs the real `Trainer(...).fit()` in this process on the default corpus, the default
 model, a short run that logs (and so reports) every iteration, the worst case for the hook,
 with the three KUBEFLOW_TRAINER_SERVER_* variables set or not. It reports the training loop (the
-run's own clock, `elapsed_s`: every iteration's report is in it), what the fit took after the
-loop (the last evaluation and checkpoint, the export, and the wait for the final 100% post), that
-beyond the no-server case's, and the warning lines the run printed. The answering server is the
-test cluster's model of Trainer's (tests/support/cluster/statusserver.py), applying nowhere; the
+run's own clock, `elapsed_s`: every iteration's report is in it; and its fastest repeat, the
+least a machine busy with other work added), what the fit took after the loop (the last
+evaluation and checkpoint, the export, and the wait for the final 100% post), that beyond the
+no-server case's, and the warning lines the run printed. The answering server is the test
+cluster's model of Trainer's (tests/support/cluster/statusserver.py), applying nowhere; the
 silent one is a socket that accepts and never reads.
 """
 
@@ -135,7 +136,7 @@ def run(quick: bool) -> Result:
          "min_interval_s": trainer_status.MIN_INTERVAL_S, "timeout_s": trainer_status.TIMEOUT_S,
          "finish_wait_s": trainer_status.FINISH_WAIT_S,
          "model": "default (4 x 128), default corpus, CPU"},  # fmt: skip
-        ["server", "training loop", "ms/iteration", "after the loop", "beyond no server",
+        ["server", "training loop", "fastest loop", "after the loop", "beyond no server",
          "warning lines"],
     )
     with tempfile.TemporaryDirectory() as root:
@@ -155,7 +156,8 @@ def run(quick: bool) -> Result:
         after = Stats([r[0] - r[1] for r in found])
         result.rows.append({
             "server": case, "training loop": fmt_stats(loop, " s"),
-            "ms/iteration": f"{loop.median / ITERS * 1e3:.0f}",
+            # The least a busy machine added: what the loop itself costs.
+            "fastest loop": f"{min(loop.values):.2f} s",
             "after the loop": fmt_stats(after, " s"),
             "beyond no server": f"{after.median - after_none:+.2f} s",
             "warning lines": max(r[2] for r in found),
