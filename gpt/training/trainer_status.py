@@ -163,7 +163,7 @@ class StatusReporter:
         these newest metrics. Returns at once: the thread posts it when it may. Below 100%
         until `finish`: the export and the report still come after the last iteration."""
         self.metrics.update(metrics)
-        percent = min(99, math.floor(fraction * 100))
+        percent = min(99, math.floor(fraction * 100 + 1e-9))  # 29/100 is 29%, not 28.999...
         self._hand_over(status_request(percent, remaining_s, self.metrics, datetime.now(UTC)),
                         final=False)  # fmt: skip
 

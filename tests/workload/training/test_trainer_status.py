@@ -119,7 +119,7 @@ def test_progress_reaches_the_trainjob_and_a_newer_status_replaces_one_not_yet_p
     reporter.report(1.0, 0.0, {"step": 8, "loss": 4.5, "val_loss": 4.75})
     time.sleep(0.2)
     assert len(server.applied) == 1, "a status was posted within the interval"
-    reporter.finish({"val_loss": 4.5, "val_bpb": 1.75})  # the end does not wait its turn
+    reporter.finish({"val_loss": 4.5, "val_bpb": 1.75}, wait_s=60)  # not waiting its turn
     assert len(server.applied) == 2
     final = server.applied[1]
     assert final["progressPercentage"] == 100 and final["estimatedRemainingSeconds"] == 0
@@ -129,11 +129,13 @@ def test_progress_reaches_the_trainjob_and_a_newer_status_replaces_one_not_yet_p
     assert [code for code, _ in server.requests] == [200, 200]
 
 
-def test_below_100_until_the_end(tmp_path, server, issuer):
-    reporter = StatusReporter(pod_files(tmp_path, server, issuer), print, min_interval_s=3600)
+def test_whole_percent_done_and_below_100_until_the_end(tmp_path, server, issuer):
+    reporter = StatusReporter(pod_files(tmp_path, server, issuer), print, min_interval_s=0)
+    reporter.report(29 / 100, 1.0, {"step": 29})
+    until(lambda: len(server.applied) == 1, "the first status applied")
     reporter.report(1.0, 0.0, {"step": 8})  # the last iteration; export and report to come
-    until(lambda: server.applied, "the status applied")
-    assert server.applied[0]["progressPercentage"] == 99
+    until(lambda: len(server.applied) == 2, "the second status applied")
+    assert [s["progressPercentage"] for s in server.applied] == [29, 99]
 
 
 def test_the_token_is_read_again_before_each_post(tmp_path, server, issuer):
