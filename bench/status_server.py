@@ -18,10 +18,8 @@ from __future__ import annotations
 import contextlib
 import io
 import os
-import socket
 import sys
 import tempfile
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -36,37 +34,6 @@ CASES = ["no server", "answering", "connection refused", "silent (accepts, never
 
 
 @contextlib.contextmanager
-def _silent() -> Iterator[int]:
-    """A port that accepts connections and never answers; yields the port."""
-    listener = socket.create_server(("127.0.0.1", 0))
-    held: list[socket.socket] = []
-    stop = threading.Event()
-
-    def accept() -> None:
-        listener.settimeout(0.1)
-        while not stop.is_set():
-            with contextlib.suppress(TimeoutError):
-                held.append(listener.accept()[0])
-
-    thread = threading.Thread(target=accept, daemon=True)
-    thread.start()
-    try:
-        yield listener.getsockname()[1]
-    finally:
-        stop.set()
-        thread.join()
-        for conn in held:
-            conn.close()
-        listener.close()
-
-
-def _closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@contextlib.contextmanager
 def _server(case: str, folder: Path) -> Iterator[dict[str, str]]:
     """The variables for `case` (none for "no server"), its server running meanwhile."""
     if case == "no server":
@@ -77,7 +44,7 @@ def _server(case: str, folder: Path) -> Iterator[dict[str, str]]:
     sys.path.append(str(Path(__file__).resolve().parents[1] / "tests"))
     from support.cluster.certs import TokenIssuer
     from support.cluster.render import token_audience
-    from support.cluster.statusserver import StatusServer
+    from support.cluster.statusserver import StatusServer, refused_port, silent_port
 
     issuer = TokenIssuer()
     model = StatusServer(issuer, lambda ns, name, status: None)
@@ -91,9 +58,9 @@ def _server(case: str, folder: Path) -> Iterator[dict[str, str]]:
             if case == "answering":
                 url = model.url("ns", "job")
             elif case == "connection refused":
-                url = f"https://127.0.0.1:{_closed_port()}/status"
+                url = f"https://127.0.0.1:{refused_port()}/status"
             else:
-                url = f"https://127.0.0.1:{stack.enter_context(_silent())}/status"
+                url = f"https://127.0.0.1:{stack.enter_context(silent_port())}/status"
             yield {**env, trainer_status.ENV_URL: url}
     finally:
         model.stop()

@@ -16,13 +16,15 @@ is known here).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
+import socket
 import ssl
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -306,3 +308,39 @@ def api_apply(api: Any) -> Apply:
             raise ApplyError(e.status, message) from None
 
     return apply
+
+
+# Dead status servers: what train-gpt must outlive (tests/workload/training/test_trainer_status.py,
+# bench/status_server.py).
+
+
+@contextlib.contextmanager
+def silent_port() -> Iterator[int]:
+    """A port that accepts connections and never answers; yields the port."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    held: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        listener.settimeout(0.1)
+        while not stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                held.append(listener.accept()[0])
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    try:
+        yield listener.getsockname()[1]
+    finally:
+        stop.set()
+        thread.join()
+        for conn in held:
+            conn.close()
+        listener.close()
+
+
+def refused_port() -> int:
+    """A port nothing listens on: a connection there is refused."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

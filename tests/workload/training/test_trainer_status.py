@@ -7,8 +7,6 @@ API server, is tests/runtimes/test_train_gpt_nodes.py's.
 
 from __future__ import annotations
 
-import socket
-import threading
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -17,6 +15,7 @@ import pytest
 from support.cluster.certs import TokenIssuer
 from support.cluster.render import token_audience
 from support.cluster.statusserver import StatusServer as ServerModel
+from support.cluster.statusserver import refused_port, silent_port
 
 from gpt.training.trainer_status import (
     ENV_CA_CERT,
@@ -161,32 +160,8 @@ def test_the_token_is_read_again_before_each_post(tmp_path, server, issuer):
 @pytest.fixture
 def black_hole():
     """A server that accepts connections and never answers."""
-    listener = socket.create_server(("127.0.0.1", 0))
-    accepted: list[socket.socket] = []
-    stop = threading.Event()
-
-    def accept() -> None:
-        listener.settimeout(0.1)
-        while not stop.is_set():
-            try:
-                accepted.append(listener.accept()[0])
-            except TimeoutError:
-                continue
-
-    thread = threading.Thread(target=accept, daemon=True)
-    thread.start()
-    yield listener.getsockname()[1]
-    stop.set()
-    thread.join()
-    for conn in accepted:
-        conn.close()
-    listener.close()
-
-
-def refused_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]  # closed again: nothing listens there
+    with silent_port() as port:
+        yield port
 
 
 @pytest.mark.parametrize("dead", ["refused", "silent"])
