@@ -31,6 +31,7 @@ BENCHMARKS = {
     "stop_checkpoint": "bench.stop_checkpoint",
     "finetune": "bench.finetune",
     "status_server": "bench.status_server",
+    "activation_memory": "bench.activation_memory",
 }
 
 

@@ -24,6 +24,7 @@ def train_gpt(
     block_size: int = 64,
     dropout: float = -1,
     batch_size: int = 12,
+    activation_checkpointing: bool = False,
     max_iters: int = 600,
     time_budget: float = 0.0,
     learning_rate: float = -1,

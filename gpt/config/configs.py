@@ -316,6 +316,11 @@ class TrainConfig(InitFromConfig, SeedConfig, ModelConfig, RunConfig):
     """Compute the loss a chunk of positions at a time, never holding the whole (micro-batch,
     context, vocabulary) logits (unset: on a GPU, where they are an iteration's largest tensors;
     not on a CPU, whose runs keep their bits: the chunks sum in another order)."""
+    activation_checkpointing: bool = False
+    """Keep only each transformer block's input for the backward pass and compute the rest of
+    its activations again there: about a third more compute for a fraction of the activations'
+    memory (bench/activation_memory.py), the same loss and gradients. For a model or context
+    whose activations do not fit the device."""
     fused_loss: bool = False
     """Compute each chunk's cross-entropy, its loss and its gradient, in one Triton kernel
     (gpt/models/fused_loss.py) instead of PyTorch's ops: CUDA only, and with the chunked loss

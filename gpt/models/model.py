@@ -21,6 +21,7 @@ import math
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from torch.utils.checkpoint import checkpoint
 
 from gpt.config.configs import GPTConfig
 from gpt.models.loss import linear_cross_entropy
@@ -256,6 +257,12 @@ class GPT(nn.Module):
     and returns no logits with it (train-gpt's --chunked_loss, which gpt/training/recipe.py
     turns on for CUDA, where those logits and their float32 copies are a training iteration's
     largest tensors: 13.2 GB each at GPT-2's shape, 64 sequences a micro-batch)."""
+    activation_checkpointing: bool = False
+    """Whether training's forward keeps only each block's input for backward, which runs the
+    block again to get the rest (train-gpt's --activation_checkpointing): the activations of one
+    block at a time instead of all `n_layer`, for a third more compute. Dropout draws the same
+    masks the second time (the checkpoint restores the RNG state), so the gradients are those
+    of the plain forward."""
     fused_loss: bool = False
     """Whether that chunked loss computes each chunk's cross-entropy in one Triton kernel
     (gpt/models/fused_loss.py, train-gpt's --fused_loss; CUDA only): then the loss is chunked
@@ -392,8 +399,12 @@ class GPT(nn.Module):
         else:
             rope = self.rotary(start, T)  # positions start .. start+T-1, shared by every layer
         x = self.transformer.drop(x)
+        recompute = self.activation_checkpointing and torch.is_grad_enabled() and cache is None
         for layer, block in enumerate(self.transformer.h):
-            x = block(x, rope, cache, layer)
+            if recompute:  # not reentrant: the one PyTorch recommends, and DDP- and compile-safe
+                x = checkpoint(block, x, rope, None, layer, use_reentrant=False)
+            else:
+                x = block(x, rope, cache, layer)
         x = self.transformer.ln_f(x)
         if cache is not None:
             cache.advance(T)

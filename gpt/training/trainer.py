@@ -108,6 +108,7 @@ def build_model(recipe: Recipe, data: TokenData, start: Start | None = None) -> 
     model = GPT(recipe.model, spelling)
     model.chunked_loss = cfg.chunked_loss
     model.fused_loss = cfg.fused_loss
+    model.activation_checkpointing = cfg.activation_checkpointing
     if start is not None:
         load_unpadded(model, pretrained.initial_weights(start.model, recipe.model, start.rows))
     return model

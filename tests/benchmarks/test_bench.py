@@ -470,3 +470,20 @@ def test_finetune_pretrains_once_and_keeps_no_half_made_model(tmp_path, monkeypa
     with pytest.raises(RuntimeError):
         finetune.pretrained(plays, 8)
     assert [p.name for p in (tmp_path / "cache").iterdir()] == [root.name]
+
+
+def test_activation_memory_measures_each_gpt2_size_and_the_estimate_follows_it():
+    """Instant (the meta device): checkpointing keeps under a fifth of what the plain forward
+    saves for backward, less the larger the model; train-gpt's estimate within 40% of both.
+    (`run` itself: the harness's report of the machine starts processes.)"""
+    from bench import activation_memory
+
+    rows = activation_memory.run(quick=True).rows
+    assert [(r["size"], r["mode"]) for r in rows] == [
+        ("gpt2", "plain"), ("gpt2", "checkpointed"),
+        ("gpt2-medium", "plain"), ("gpt2-medium", "checkpointed")]  # fmt: skip
+    pairs = zip(rows[::2], rows[1::2], strict=True)
+    shares = [checkpointed["saved_bytes"] / plain["saved_bytes"] for plain, checkpointed in pairs]
+    assert shares[0] < 0.2 and shares[1] < shares[0]
+    for row in rows:
+        assert 0.6 < row["estimate_bytes"] / row["saved_bytes"] < 1.6, row

@@ -291,4 +291,4 @@ def test_a_model_that_cannot_fit_the_device_is_refused_with_the_estimate(gpt2_ro
     assert finetune(gpt2_root, "a", "--max_iters", "1", "--resume", "never") == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "need about" in err[0] and "GiB to train" in err[0]
-    assert "cpu has 0.0 GiB" in err[0]
+    assert "cpu has 0.0 GiB" in err[0] and "turn on --activation_checkpointing" in err[0]
