@@ -12,9 +12,11 @@ What a pod gets here, and how that stands in for a node:
   A runtime that mounts the PVC elsewhere gets no rewrite, and its stage fails on `/gpt`;
 - the network: pods share this machine's, so the cluster DNS name of node 0
   (PET_MASTER_ADDR) resolves to 127.0.0.1, and the JobSet's port (PET_MASTER_PORT, 29500 in
-  every pod on a cluster) is mapped to a free port of its own, so two TrainJobs (or two test
-  sessions on one machine) never meet on 29500; a Service's `<name>.<namespace>.svc:<port>` in
-  a URL of the env is where its server listens here (`services`, Trainer's status server);
+  every pod on a cluster) is mapped to a port of its own, held for the attempt
+  (cluster/controller.py `_reserve_port`), so two TrainJobs (or two test sessions on one
+  machine) never meet on 29500 and no other socket takes it before torchrun listens; a
+  Service's `<name>.<namespace>.svc:<port>` in a URL of the env is where its server listens
+  here (`services`, Trainer's status server);
 - projected volumes (a service-account token from `token_issuer` for the projection's
   audience, ConfigMap items from `config_maps`): written once into the pod's folder and reached
   as a PVC mount is (the kubelet's rotation of the token at 80% of its life is not played);
