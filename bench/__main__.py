@@ -32,6 +32,8 @@ BENCHMARKS = {
     "finetune": "bench.finetune",
     "status_server": "bench.status_server",
     "activation_memory": "bench.activation_memory",
+    "memory_peaks": "bench.memory_peaks",
+    "finetune_memory": "bench.finetune_memory",
 }
 
 

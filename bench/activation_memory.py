@@ -1,13 +1,13 @@
 """Activation memory: what one sequence of 1,024 tokens keeps for the backward pass in each GPT-2
 size, with and without --activation_checkpointing, against train-gpt's estimate
-(gpt/training/compute.py `training_bytes`, which refuses a run that cannot fit).
+(gpt/training/memory_estimate.py, which refuses a run that cannot fit).
 
 Measured exactly and on any machine: the model is built on PyTorch's meta device (shapes, no
 storage: GPT-2 XL's forward takes a second) with random weights of the real shapes, and every
 tensor autograd saves for backward passes through a saved-tensors hook that adds up its bytes.
 What is saved is what the CPU's kernels save (attention's math path keeps its (T, T) weights,
 float32); CUDA's flash attention keeps less, which the estimate's `cuda=True` counts. The
-weights, gradients and AdamW's state (16 bytes a parameter) come on top, in both modes.
+weights, gradients and AdamW's state come on top, in both modes.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import torch
 from bench.harness import Result
 from gpt.config.configs import GPTConfig
 from gpt.models.model import GPT
-from gpt.training.compute import training_bytes
+from gpt.training.memory_estimate import Plan, estimate
 
 # GPT-2's sizes (n_layer, n_head, n_embd), context 1,024, vocabulary 50,257.
 SIZES = {"gpt2": (12, 12, 768), "gpt2-medium": (24, 16, 1024), "gpt2-large": (36, 20, 1280),
@@ -58,13 +58,15 @@ def run(quick: bool) -> Result:
             model.activation_checkpointing = mode == "checkpointed"
             saved = saved_bytes(model, idx)
             plain = plain or saved
-            estimate = training_bytes(model, SEQUENCES, bf16=False, chunked_loss=False,
-                                      cuda=False, activation_checkpointing=mode != "plain")
-            estimate -= 16 * model.num_params()  # the activations and logits alone
+            need = estimate(model, Plan(SEQUENCES, 1, mode != "plain"), bf16=False,
+                            chunked_loss=False, cuda=False)
+            # of the three logits copies the estimate counts at the peak, the one saved for
+            # backward (cross-entropy's log-softmax)
+            estimate_bytes = need.activations + need.logits // 3
             result.rows.append({
                 "size": size, "mode": mode, "saved for backward": f"{saved / 2**20:,.0f} MiB",
-                "estimate": f"{estimate / 2**20:,.0f} MiB",
+                "estimate": f"{estimate_bytes / 2**20:,.0f} MiB",
                 "of the plain forward's": f"{saved / plain:.0%}",
-                "saved_bytes": saved, "estimate_bytes": estimate,
+                "saved_bytes": saved, "estimate_bytes": estimate_bytes,
             })  # fmt: skip
     return result

@@ -302,3 +302,10 @@ def test_architecture_md_names_every_module_tests_share():
     there = {p.name for p in [*support.glob("*.py"), *(support / "cluster").glob("*.py")]
              if p.name != "__init__.py"} | rooms_of(support)  # fmt: skip
     assert not there - named, f"docs/architecture.md leaves out {sorted(there - named)}"
+
+
+def test_stages_md_gives_the_memory_estimates_table_as_the_estimate_makes_it():
+    from bench.memory_table import table
+
+    indented = "\n".join("  " + line for line in table().splitlines())
+    assert indented in STAGES_MD, "docs/stages.md: run python -m bench.memory_table, paste it"

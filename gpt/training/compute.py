@@ -1,6 +1,6 @@
 """How train-gpt computes on its device: the model its training iteration runs (compiled or not,
-wrapped by DDP under torchrun), bfloat16 autocast, and whether training fits the device's
-memory; and what the recipe needs to know of the device (`device_facts`: what unset --compile
+wrapped by DDP under torchrun), bfloat16 autocast, a rank's micro-batch; and what the recipe
+needs to know of the device (`device_facts`: what unset --compile
 and --dtype auto become is gpt/training/recipe.py's)."""
 
 from __future__ import annotations
@@ -70,41 +70,6 @@ def check_fused_loss(fused: bool, device: torch.device) -> None:
         raise InputError(f"--fused_loss true: Triton is not installed here ({e})") from e
 
 
-def device_memory(device: torch.device) -> int:
-    """The memory training on `device` may use: a GPU's, or the machine's RAM for a CPU (0
-    where it is not known)."""
-    if device.type == "cuda":
-        return torch.cuda.get_device_properties(device).total_memory
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError):
-        return 0
-
-
-def training_bytes(model: GPT, micro_batch: int, bf16: bool, chunked_loss: bool, cuda: bool,
-                   activation_checkpointing: bool = False) -> int:  # fmt: skip
-    """About the memory training `model` takes: float32 weights, gradients and AdamW's two
-    moments, 16 bytes a parameter; and what a micro-batch of `micro_batch` sequences keeps for
-    backward: per layer about 34 x sequences x context x width values (Korthikanti et al. 2022,
-    "Reducing Activation Recomputation", at 2 bytes each; twice that in float32, with
-    5 x heads x context / width more where attention's weights are kept: a CPU's), with
-    activation checkpointing only each layer's input (the float32 residual stream) and one
-    layer's activations again in backward; and the logits (two float32 copies of sequences x
-    context x vocabulary) unless the loss is chunked. An estimate to refuse a hopeless run early
-    with, not a plan: it errs low."""
-    c = model.config
-    tokens = micro_batch * c.block_size
-    attention = 0 if cuda else 5 * c.n_head * c.block_size
-    per_value = 1 if bf16 else 2
-    block = tokens * (34 * c.n_embd + attention) * per_value  # one layer's, kept for backward
-    if activation_checkpointing:
-        activations = c.n_layer * 4 * tokens * c.n_embd + block
-    else:
-        activations = c.n_layer * block
-    logits = 0 if chunked_loss else 2 * 4 * tokens * c.vocab_size
-    return 16 * model.num_params() + activations + logits
-
-
 def micro_batch_size(cfg: TrainConfig, world: World) -> int:
     """Sequences per rank per micro-batch: --batch_size split over the ranks and their
     micro-batches."""
@@ -114,22 +79,3 @@ def micro_batch_size(cfg: TrainConfig, world: World) -> int:
             f"x --grad_accum {cfg.grad_accum} micro-batches"
         )
     return cfg.batch_size // (world.size * cfg.grad_accum)
-
-
-def check_memory(model: GPT, cfg: TrainConfig, world: World, micro_batch: int) -> None:
-    """Refuse, before training, a model whose training state cannot fit the device: float32
-    weights, gradients and AdamW's two moments (16 bytes a parameter) plus the activations a
-    micro-batch keeps for backward (estimated by `training_bytes`)."""
-    total = device_memory(world.device)
-    cuda = world.device.type == "cuda"
-    need = training_bytes(model, micro_batch, cfg.dtype == "bfloat16", cfg.chunked_loss, cuda,
-                          cfg.activation_checkpointing)
-    if total and need > total:
-        raise InputError(
-            f"{model.describe().split(':')[0]} need about {need / 2**30:.1f} GiB to train "
-            f"(weights, gradients, AdamW: {16 * model.num_params() / 2**30:.1f} GiB; the rest "
-            f"activations) and {world.device.type} has {total / 2**30:.1f} GiB; lower "
-            "--batch_size (raise --grad_accum) or --block_size"
-            f"{'' if cfg.activation_checkpointing else ', turn on --activation_checkpointing'}"
-            ", or take a smaller model"
-        )

@@ -43,7 +43,6 @@ from gpt.training.compute import (
     autocast,
     build_training_model,
     check_fused_loss,
-    check_memory,
     device_facts,
     micro_batch_size,
     use_bf16,
@@ -52,6 +51,7 @@ from gpt.training.divergence import Divergence
 from gpt.training.ema import WeightAverage
 from gpt.training.evaluation import Evaluator
 from gpt.training.init_from import Start, recorded
+from gpt.training.memory_estimate import check_memory
 from gpt.training.metrics import TrainingProgress, duration, fraction_done, peak_flops
 from gpt.training.optimizer import build_optimizer, lr_at
 from gpt.training.recipe import Recipe, finish
@@ -159,7 +159,7 @@ class Trainer:
         self.batches = Batches(self.data.train, cfg.block_size, cfg.batch_size, cfg.seed)
         self.evaluator = Evaluator(self.data, cfg, world, self.micro_batch)
         model = build_model(recipe, self.data, start)
-        check_memory(model, cfg, world, self.micro_batch)
+        check_memory(model, cfg, world, self.micro_batch, self.log)
         self.model = model.to(self.device)
         self.optimizer = build_optimizer(self.model, cfg, self.device)
         self.average = WeightAverage(self.model, cfg.ema_decay) if cfg.ema_decay else None

@@ -380,12 +380,13 @@ def test_the_gpu_session_runs_the_variants_then_vs_nanogpt_with_their_winners(tm
     assert out.returncode == 0, out.stderr
     results = tmp_path / "gpu-results"
     assert calls == [
+        f"-m bench --results {results} finetune_memory |  | ",
         f"-m bench --results {results} gpu_variants |  | ",
         f"-m bench.gpu_variants winners {results}/gpu_variants.json |  | ",
         f'-m bench --results {results} vs_nanogpt | 64 | {{"fused_loss": true}}',
         f"-m bench --results {results} precision --quick |  | ",
     ]
-    assert {"gpu_variants", "vs_nanogpt", "precision"} <= set(BENCHMARKS)
+    assert {"finetune_memory", "gpu_variants", "vs_nanogpt", "precision"} <= set(BENCHMARKS)
     assert "gpu_session: done in" in (results / "session.log").read_text()
 
 
@@ -393,7 +394,8 @@ def test_the_gpu_session_runs_the_variants_then_vs_nanogpt_with_their_winners(tm
 def test_the_gpu_session_leaves_out_what_its_budget_cannot_hold(tmp_path):
     out, calls = _gpu_session(tmp_path, budget=130)
     assert out.returncode == 0, out.stderr
-    assert [c.split(" | ")[0].split()[-1] for c in calls if "-m bench " in c] == ["gpu_variants"]
+    assert [c.split(" | ")[0].split()[-1] for c in calls if "-m bench " in c] == [
+        "finetune_memory", "gpu_variants"]
     assert re.search(r"gpu_session: vs_nanogpt left out: it takes about 170 s, 1[23]\d s of the "
                      r"budget are left; run it in a call of its own: bash bench/gpu_session.sh "
                      r"vs_nanogpt\n", out.stdout)
@@ -425,6 +427,22 @@ def test_the_gpu_session_prepares_the_peer_and_the_plays_to_carry(tmp_path):
     assert out.returncode == 0, out.stderr
     assert (repo / ".gpu-shared/peers/nanogpt/train.py").read_text() == "# nanoGPT"
     assert (repo / ".gpu-shared/data/shakespeare_plays.txt").read_text() == "ACT I"
+
+
+def test_finetune_memory_measures_nothing_without_a_gpu_and_keeps_a_failed_case_as_a_row(
+        tmp_path, monkeypatch, capsys):
+    """The GPU script on a CPU says so and writes no row; a case whose process fails (here: no
+    CUDA) is a row naming the error, so one out-of-memory size costs the others nothing."""
+    from bench import finetune_memory
+
+    assert finetune_memory.run(quick=True, results=tmp_path).rows == []
+    assert "no CUDA device here" in capsys.readouterr().out
+    assert not (tmp_path / "finetune_memory.jsonl").exists()
+    failed = subprocess.CompletedProcess([], 1, "", "Traceback ...\ntorch.OutOfMemoryError: "
+                                         "CUDA out of memory.\n")  # fmt: skip
+    monkeypatch.setattr(subprocess, "run", lambda *args, **kwargs: failed)
+    assert finetune_memory.case("gpt2-xl", "full") == {
+        "error": "torch.OutOfMemoryError: CUDA out of memory."}
 
 
 def test_finetune_times_the_tuned_run_to_its_first_evaluation_at_scratchs_final_value():

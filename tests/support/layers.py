@@ -16,5 +16,6 @@ GPT_LAYERS = [
     {"config"},
     {"fetch", "tokenizer", "distributed"},
     {"rundir"},
+    {"memory"},
     {"errors", "cores", "progress"},
 ]

@@ -283,12 +283,15 @@ def test_two_ranks_fine_tune_from_the_hub_cache_as_one_process_does(gpt2_root, o
 @pytest.mark.slow
 def test_a_model_that_cannot_fit_the_device_is_refused_with_the_estimate(gpt2_root, offline,
                                                                           monkeypatch, capsys):
-    from gpt.training import compute
+    from gpt.training import memory_estimate
 
     corpus(gpt2_root, "a", "--init_from", "gpt2")
-    monkeypatch.setattr(compute, "device_memory", lambda device: 1 << 20)  # a 1 MiB device
+    monkeypatch.setattr(memory_estimate, "available_memory",
+                        lambda device: (1 << 20, "the cpu has 0.0 GiB"))  # a 1 MiB device
     capsys.readouterr()
     assert finetune(gpt2_root, "a", "--max_iters", "1", "--resume", "never") == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "need about" in err[0] and "GiB to train" in err[0]
-    assert "cpu has 0.0 GiB" in err[0] and "turn on --activation_checkpointing" in err[0]
+    assert len(err) == 1 and "need about" in err[0] and "GiB per device to train" in err[0]
+    assert "the cpu has 0.0 GiB" in err[0]
+    assert err[0].endswith("no --grad_accum or --activation_checkpointing fits: take a smaller "
+                           "model or a device with more memory")
