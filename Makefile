@@ -38,7 +38,7 @@ BUILD_FLAGS = $(if $(BASE_IMAGE),--build-arg BASE_IMAGE=$(BASE_IMAGE)) \
 	$(if $(WHEELHOUSE),--build-context wheelhouse=$(abspath $(WHEELHOUSE)) --build-arg PIP_NO_INDEX=true)
 
 .DEFAULT_GOAL := help
-.PHONY: help install demo prompt compile test test-quick test-images bench bench-quick lint clean build-images push-images set-images container-tool wheelhouse
+.PHONY: help install demo prompt compile test test-quick test-images test-serving bench bench-quick lint clean build-images push-images set-images container-tool wheelhouse
 
 help:  ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -83,14 +83,29 @@ compile: $(STAMP)  ## compile the pipeline to pipeline/gpt_trainjobs_pipeline.ya
 # the tests that take minutes start first (tests/conftest.py). TEST_WORKERS=0 runs the suite in
 # this one process.
 TEST_WORKERS ?= $(shell nproc 2>/dev/null || echo 2)
-test: $(STAMP) $(PRISM_STAMP)  ## run the test suite
-	OMP_NUM_THREADS=1 TORCHINDUCTOR_COMPILE_THREADS=1 $(PY) -m pytest -n $(TEST_WORKERS) --dist load --maxschedchunk 1 --durations=20
+test: $(STAMP) $(PRISM_STAMP)  ## run the test suite (but the serving tests: make test-serving)
+	OMP_NUM_THREADS=1 TORCHINDUCTOR_COMPILE_THREADS=1 $(PY) -m pytest -m 'not serving' -n $(TEST_WORKERS) --dist load --maxschedchunk 1 --durations=20
 
 # The edit loop's answer: the tests that start no process, use no cluster and compile nothing
 # (tests/support/quick.py; a test that does any of these carries a marker, and in every run an
-# unmarked one that does fails). CI runs `make test`, the whole suite.
+# unmarked one that does fails). CI runs `make test`, the whole suite, then `make test-serving`.
 test-quick: $(STAMP)  ## the tests that start no process, use no cluster, compile nothing (the edit loop)
 	OMP_NUM_THREADS=1 $(PY) -m pytest --quick -n $(TEST_WORKERS) --dist load --durations=5
+
+# The tests against KServe's own Hugging Face server (marker `serving`: the test cluster's KServe,
+# tests/support/cluster/kserve.py), which runs from a virtualenv of its own (3.3 GB, about 6
+# minutes to install from PyPI with ../shared/peers/kserve-huggingfaceserver/install.sh):
+# installed once into KSERVE_SERVER_VENV, outside the project, and kept for the next runs.
+# Without ../shared there is nothing to install, and the tests skip, saying why.
+KSERVE_SERVER_VENV ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/gpt-trainjobs/kserve-huggingfaceserver-v0.20.0
+KSERVE_SERVER_INSTALL := ../shared/peers/kserve-huggingfaceserver/install.sh
+$(KSERVE_SERVER_VENV)/.installed:
+	@if [ -f $(KSERVE_SERVER_INSTALL) ]; then \
+		rm -rf $(KSERVE_SERVER_VENV) && bash $(KSERVE_SERVER_INSTALL) $(KSERVE_SERVER_VENV) && touch $@; \
+	else echo "make: $(KSERVE_SERVER_INSTALL) not found: KServe's server not installed, the serving tests skip"; fi
+
+test-serving: $(STAMP) $(KSERVE_SERVER_VENV)/.installed  ## the tests against KServe's own server (installs it once, 3.3 GB)
+	OMP_NUM_THREADS=1 GPT_KSERVE_SERVER_VENV=$(KSERVE_SERVER_VENV) $(PY) -m pytest -m serving -n $(TEST_WORKERS) --dist load --durations=10
 
 # Root with Buildah and mmdebstrap (apt-get install buildah mmdebstrap); skipped, with the reason,
 # elsewhere. Layers, the base image and the wheelhouse stay on the machine for the next run.

@@ -9,10 +9,12 @@ from pathlib import Path
 import pytest
 
 # The test API server, started once for the whole session (tests/support/apiserver.py).
-from support.apiserver import apiserver, custom_api, kubeconfig_env  # noqa: E402, F401
+from support.apiserver import apiserver, custom_api, kserve_api, kubeconfig_env  # noqa: E402, F401
 
 # The Trainer-faithful test cluster on that server (tests/support/cluster/).
 from support.cluster import (  # noqa: E402, F401
+    kserve_cluster,
+    kserve_server,
     pvc,
     run_images,
     trainer_cluster,

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from support.apiserver import apply_crds, namespace
+from support.apiserver import namespace
 from support.cluster.kserve_webhook import Refused, admit, pvc_mount
 from support.paths import PROJECT
 
@@ -29,16 +29,9 @@ def rendered(run: str) -> dict:
 
 
 @pytest.fixture(scope="module")
-def kserve(apiserver, shared):
-    """The test API server serving KServe's InferenceService CRD (2 MB: created, as its README
-    says, never applied client-side)."""
-    from kubernetes import client
-
-    path = shared / KSERVE / "serving.kserve.io_inferenceservices.yaml"
-    if not path.is_file():
-        pytest.skip(f"{path} is absent: no KServe CRDs to validate against")
-    apply_crds(apiserver.client(), [path])
-    return client.CustomObjectsApi(apiserver.client())
+def kserve(kserve_api):
+    """The test API server serving KServe's InferenceService CRD."""
+    return kserve_api
 
 
 @pytest.mark.apiserver

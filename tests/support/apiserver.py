@@ -29,6 +29,7 @@ import yaml
 from components.trainjob.launcher import GROUP, PLURAL, VERSION
 
 CRDS = Path("trainer-crds") / "v2.3.0"
+KSERVE_CRDS = Path("kserve-crds") / "v0.20.0"
 START = Path("k8s-apiserver") / "start.sh"
 
 
@@ -214,6 +215,20 @@ def custom_api(apiserver: ApiServer):
     return client.CustomObjectsApi(apiserver.client())
 
 
+@pytest.fixture(scope="session")
+def kserve_api(apiserver: ApiServer, shared: Path):
+    """A `CustomObjectsApi` on the test server, which then also serves KServe v0.20.0's CRDs
+    (InferenceService, ServingRuntime, ClusterServingRuntime; the InferenceService's is 2 MB:
+    created once a session, as their README says, never applied client-side)."""
+    from kubernetes import client
+
+    paths = sorted((shared / KSERVE_CRDS).glob("serving.kserve.io_*.yaml"))
+    if len(paths) != 3:
+        pytest.skip(f"{shared / KSERVE_CRDS} lacks KServe's CRDs: nothing to validate against")
+    apply_crds(apiserver.client(), paths)
+    return client.CustomObjectsApi(apiserver.client())
+
+
 @pytest.fixture
 def kubeconfig_env(apiserver: ApiServer, monkeypatch) -> ApiServer:
     """Point the code under test's own kube config loading at the test server."""
@@ -222,21 +237,23 @@ def kubeconfig_env(apiserver: ApiServer, monkeypatch) -> ApiServer:
     return apiserver
 
 
-def apply_cluster_object(api, body: dict, plural: str = "clustertrainingruntimes") -> dict:
-    """Create a cluster-scoped Trainer object, or replace the one of that name (`kubectl apply`
-    in spirit): tests that share the server may apply the same runtimes."""
+def apply_cluster_object(api, body: dict, plural: str = "clustertrainingruntimes", *,
+                         group: str = GROUP, version: str = VERSION) -> dict:  # fmt: skip
+    """Create a cluster-scoped object (a Trainer runtime unless told), or replace the one of
+    that name (`kubectl apply` in spirit): tests that share the server may apply the same
+    runtimes."""
     from kubernetes.client.rest import ApiException
 
     try:
-        return api.create_cluster_custom_object(GROUP, VERSION, plural, body)
+        return api.create_cluster_custom_object(group, version, plural, body)
     except ApiException as e:
         if e.status != 409:
             raise
     name = body["metadata"]["name"]
-    current = api.get_cluster_custom_object(GROUP, VERSION, plural, name)
+    current = api.get_cluster_custom_object(group, version, plural, name)
     body = {**body, "metadata": {**body["metadata"],
                                  "resourceVersion": current["metadata"]["resourceVersion"]}}
-    return api.replace_cluster_custom_object(GROUP, VERSION, plural, name, body)
+    return api.replace_cluster_custom_object(group, version, plural, name, body)
 
 
 # ---- playing the Trainer controller ------------------------------------------------------------

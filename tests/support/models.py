@@ -4,6 +4,7 @@ generative-prompt run on it as a process of its own.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -65,3 +66,17 @@ def one_shot(rundir: RunDir, *extra: str) -> subprocess.CompletedProcess:
         [sys.executable, *args(rundir, *extra)], capture_output=True, text=True, env=ENV,
         timeout=60, stdin=subprocess.DEVNULL,
     )
+
+
+def cli_replies(run: RunDir, prompts: list[str], n: int) -> list[str]:
+    """Our CLI's greedy replies of `n` tokens (one process, --prompt repeated), as its
+    transcript records them: what a server of the run's model/ must answer."""
+    flags = [a for prompt in prompts for a in ("--prompt", prompt)]
+    out = subprocess.run(
+        [sys.executable, "-m", "gpt", "generative-prompt", "--root", str(run.root), "--run",
+         run.run_id, "--temperature", "0", "--max_new_tokens", str(n), *flags],
+        capture_output=True, text=True, timeout=120, env=ENV,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    lines = run.transcript_jsonl.read_text().splitlines()
+    return [json.loads(line)["reply"] for line in lines[-len(prompts):]]

@@ -21,13 +21,17 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-NOT_QUICK = ("process", "compile", "apiserver", "slow", "minutes")
+NOT_QUICK = ("process", "compile", "apiserver", "slow", "minutes", "serving")
 """The markers that keep a test out of the quick tier."""
 
 # The fixtures of the test API server and the cluster on it (tests/support/apiserver.py,
 # tests/support/cluster/): the server is a process of its own.
-CLUSTER_FIXTURES = frozenset({"apiserver", "custom_api", "kubeconfig_env", "trainer_cluster",
-                              "pvc", "run_images"})  # fmt: skip
+CLUSTER_FIXTURES = frozenset({"apiserver", "custom_api", "kserve_api", "kubeconfig_env",
+                              "trainer_cluster", "pvc", "run_images",
+                              "kserve_cluster"})  # fmt: skip
+# The fixtures of KServe's Hugging Face server (tests/support/cluster/): its virtualenv is
+# `make test-serving`'s, whose tests are the ones marked `serving`.
+SERVING_FIXTURES = frozenset({"kserve_server", "kserve_cluster"})
 
 # Every way Python starts a process: subprocess (fork_exec, or posix_spawn where it may),
 # multiprocessing (fork, or fork_exec for spawn and forkserver), os.system and its kin.
@@ -42,9 +46,14 @@ def is_quick(item: pytest.Item) -> bool:
 
 
 def mark_by_fixtures(item: pytest.Item) -> None:
-    """A test that uses the test API server, or the cluster on it, is marked `apiserver`."""
-    if CLUSTER_FIXTURES & set(getattr(item, "fixturenames", ())):
+    """A test that uses the test API server, or the cluster on it, is marked `apiserver`; one
+    that uses KServe's server, `serving` (and `process`: the server is one)."""
+    fixtures = set(getattr(item, "fixturenames", ()))
+    if CLUSTER_FIXTURES & fixtures:
         item.add_marker(pytest.mark.apiserver)
+    if SERVING_FIXTURES & fixtures:
+        item.add_marker(pytest.mark.serving)
+        item.add_marker(pytest.mark.process)
 
 
 class QuickTierViolation(BaseException):

@@ -37,27 +37,59 @@ Not emulated (a real cluster may still differ here):
   status server's OIDC discovery, Go's path cleaning and HTTP/2 are not played;
 - signals without root: the container's first process then runs in this machine's PID
   namespace, so SIGTERM ends it even without a handler (tests that depend on PID 1 skip).
+
+KServe (`kserve_cluster`): KServe v0.20.0's InferenceService controller in raw-deployment mode
+on the same namespace and PVC (cluster/kserve.py, its status rules in cluster/kserve_status.py),
+its predictor a Deployment whose pod runs KServe's storage initializer and Hugging Face server
+as local processes (cluster/predictor.py), reached at the cluster addresses KServe writes in
+`status.url` and `status.address.url` through an HTTP proxy (cluster/services.py). It needs the
+server's virtualenv, which `make test-serving` installs; its tests are marked `serving`, outside
+`make test`. Not emulated there: see cluster/kserve.py.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
 
 from components.trainjob.podlogs import LOG_DIR_ENV
 from support.cluster.controller import Cluster
+from support.cluster.kserve import GROUP as KSERVE_GROUP
+from support.cluster.kserve import PLURAL as KSERVE_PLURAL
+from support.cluster.kserve import RUNTIME_VERSION, KServe
+from support.cluster.kserve import VERSION as KSERVE_VERSION
 from support.cluster.kubelet import Claim, Kubelet
+from support.cluster.services import ServiceProxy
 from support.paths import PROJECT
 
 UPSTREAM_RUNTIME = Path("trainer-crds") / "v2.3.0" / "reference-torch_distributed_runtime.yaml"
 # Two shared cores: one thread per process (torchrun sets it only for > 1 process per node).
 NODE_ENV = {"OMP_NUM_THREADS": "1"}
 
-__all__ = ["Claim", "Cluster", "Kubelet", "pvc", "run_images", "runtimes", "trainer_cluster",
-           "trainer_feature_gates"]
+# KServe's reference Hugging Face runtime, its image as KServe's release sets it (the file's is a
+# placeholder its kustomization replaces).
+KSERVE_RUNTIME = Path("kserve-crds") / "v0.20.0" / "reference-kserve-huggingfaceserver.yaml"
+KSERVE_RUNTIME_IMAGE = "kserve/huggingfaceserver:v0.20.0"
+# Where `make test-serving` installs KServe's Hugging Face server (../shared/peers/
+# kserve-huggingfaceserver/install.sh; the Makefile's KSERVE_SERVER_VENV), with `.installed` in
+# it once complete; the variable names another.
+KSERVE_SERVER_VENV_ENV = "GPT_KSERVE_SERVER_VENV"
+KSERVE_SERVER_VENV = (Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+                      / "gpt-trainjobs" / "kserve-huggingfaceserver-v0.20.0")  # fmt: skip
+# The predictor's time scale here (cluster/predictor.py): the kubelet's restart back-off (10 s
+# first), and, kept short so that a test sees the server ready or failed within seconds, the
+# readiness probe's period (KServe's is 10 s) and the Deployment's progress deadline (KServe's
+# is 600 s: where the model fails to load, KServe says so at that deadline, cluster/kserve.py).
+KSERVE_PROBE_PERIOD_S, KSERVE_BACKOFF_S, KSERVE_PROGRESS_DEADLINE_S = 1.0, 10.0, 20.0
+
+__all__ = ["Claim", "Cluster", "KServeCluster", "Kubelet", "kserve_cluster", "kserve_server",
+           "pvc", "run_images", "runtimes", "trainer_cluster", "trainer_feature_gates"]
 
 
 def runtimes(shared: Path) -> list[dict]:
@@ -112,3 +144,75 @@ def pvc(trainer_cluster) -> Path:
     trainer_cluster.kubelet.bind(trainer_cluster.namespace, "gpt-pvc",
                                  Claim(folder, ("ReadWriteMany",)))  # fmt: skip
     return folder
+
+
+def kserve_runtime(shared: Path) -> dict:
+    """KServe's `kserve-huggingfaceserver` ClusterServingRuntime, as KServe installs it."""
+    runtime = yaml.safe_load((shared / KSERVE_RUNTIME).read_text())
+    for container in runtime["spec"]["containers"]:
+        container["image"] = KSERVE_RUNTIME_IMAGE
+    return runtime
+
+
+@pytest.fixture(scope="session")
+def kserve_server() -> Path:
+    """The Python of KServe's Hugging Face server's virtualenv; the test skips, saying so,
+    where it is not installed (`make test-serving` installs it)."""
+    venv = Path(os.environ.get(KSERVE_SERVER_VENV_ENV) or KSERVE_SERVER_VENV)
+    if not (venv / ".installed").is_file():
+        pytest.skip(f"KServe's Hugging Face server is not installed in {venv}: "
+                    "make test-serving installs it (from ../shared/peers)")  # fmt: skip
+    return venv / "bin" / "python"
+
+
+@dataclass
+class KServeCluster:
+    """The test cluster with KServe: what a test of the deploy step needs."""
+
+    api: Any
+    """A `CustomObjectsApi` on the test API server."""
+    namespace: str
+    kubeconfig: Path
+    """The API server's kube config (KUBECONFIG points at it during the test)."""
+    pvc: Path
+    """The folder that is PVC `gpt-pvc` (/gpt in the TrainJobs' pods) in `namespace`."""
+    controller: KServe
+    """KServe's controller: its predictors (`predictor(name)`: pods, their logs)."""
+    proxy: ServiceProxy
+    """What the cluster's Service addresses reach through (`http_proxy` during the test)."""
+
+    def inferenceservice(self, name: str) -> dict:
+        return self.api.get_namespaced_custom_object(KSERVE_GROUP, KSERVE_VERSION,
+                                                     self.namespace, KSERVE_PLURAL, name)
+
+
+@pytest.fixture
+def kserve_cluster(trainer_cluster, kserve_api, kserve_server, shared, apiserver, tmp_path,
+                   monkeypatch) -> Iterator[KServeCluster]:  # fmt: skip
+    """`trainer_cluster` with KServe: its CRDs and the `kserve-huggingfaceserver`
+    ClusterServingRuntime applied, its controller watching the namespace, the cluster's Service
+    and Ingress hosts reached through `http_proxy`. Stopped at the end (its predictor pods
+    deleted), where an error of the cluster itself fails the test."""
+    from support.apiserver import apply_cluster_object
+
+    apply_cluster_object(kserve_api, kserve_runtime(shared), "clusterservingruntimes",
+                         group=KSERVE_GROUP, version=RUNTIME_VERSION)  # fmt: skip
+    ns = trainer_cluster.namespace
+    claims = trainer_cluster.kubelet.claims
+    controller = KServe(
+        kserve_api, ns, lambda namespace, name: (claims[(namespace, name)].folder
+                                                 if (namespace, name) in claims else None),
+        tmp_path / "kserve-pods", kserve_server, probe_period_s=KSERVE_PROBE_PERIOD_S,
+        backoff_s=KSERVE_BACKOFF_S, progress_deadline_s=KSERVE_PROGRESS_DEADLINE_S)  # fmt: skip
+    proxy = ServiceProxy(controller.address)
+    for name in ("http_proxy", "HTTP_PROXY"):
+        monkeypatch.setenv(name, proxy.url)
+    for name in ("no_proxy", "NO_PROXY"):
+        monkeypatch.setenv(name, "127.0.0.1,localhost")
+    try:
+        yield KServeCluster(kserve_api, ns, apiserver.kubeconfig, claims[(ns, "gpt-pvc")].folder,
+                            controller, proxy)  # fmt: skip
+    finally:
+        proxy.stop()
+        controller.shutdown()
+    assert not controller.errors, f"the test cluster's KServe failed: {controller.errors}"

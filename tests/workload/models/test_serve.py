@@ -4,7 +4,6 @@ the default model (GPT-NeoX) and for GPT-2's shape (what a run fine-tuned from G
 
 from __future__ import annotations
 
-import json
 import os
 import socket
 import subprocess
@@ -14,7 +13,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from support.models import CORPUS, PROMPTS, peaked
+from support.models import CORPUS, PROMPTS, cli_replies, peaked
 
 from gpt.models.export import save_export
 from gpt.models.model import GPTConfig
@@ -75,19 +74,6 @@ def server(run: RunDir, tmp_path):
     finally:
         proc.terminate()
         proc.wait(timeout=30)
-
-
-def cli_replies(run: RunDir, prompts: list[str], n: int) -> list[str]:
-    """Our CLI's greedy replies (one process, --prompt repeated), as its transcript records them."""
-    flags = [a for prompt in prompts for a in ("--prompt", prompt)]
-    out = subprocess.run(
-        [sys.executable, "-m", "gpt", "generative-prompt", "--root", str(run.root), "--run",
-         run.run_id, "--temperature", "0", "--max_new_tokens", str(n), *flags],
-        capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
-    assert out.returncode == 0, out.stderr
-    lines = run.transcript_jsonl.read_text().splitlines()
-    return [json.loads(line)["reply"] for line in lines[-len(prompts):]]
 
 
 @pytest.mark.slow
