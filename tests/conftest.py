@@ -13,6 +13,8 @@ from support.apiserver import apiserver, custom_api, kserve_api, kubeconfig_env 
 
 # The Trainer-faithful test cluster on that server (tests/support/cluster/).
 from support.cluster import (  # noqa: E402, F401
+    apiserver_without_kserve,
+    forbidding_apiserver,
     kserve_cluster,
     kserve_server,
     pvc,

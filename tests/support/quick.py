@@ -27,8 +27,8 @@ NOT_QUICK = ("process", "compile", "apiserver", "slow", "minutes", "serving")
 # The fixtures of the test API server and the cluster on it (tests/support/apiserver.py,
 # tests/support/cluster/): the server is a process of its own.
 CLUSTER_FIXTURES = frozenset({"apiserver", "custom_api", "kserve_api", "kubeconfig_env",
-                              "trainer_cluster", "pvc", "run_images",
-                              "kserve_cluster"})  # fmt: skip
+                              "trainer_cluster", "pvc", "run_images", "kserve_cluster",
+                              "forbidding_apiserver", "apiserver_without_kserve"})  # fmt: skip
 # The fixtures of KServe's Hugging Face server (tests/support/cluster/): its virtualenv is
 # `make test-serving`'s, whose tests are the ones marked `serving`.
 SERVING_FIXTURES = frozenset({"kserve_server", "kserve_cluster"})

@@ -60,6 +60,7 @@ import yaml
 
 from components.trainjob.podlogs import LOG_DIR_ENV
 from support.cluster.controller import Cluster
+from support.cluster.frontdoor import FrontDoor
 from support.cluster.kserve import GROUP as KSERVE_GROUP
 from support.cluster.kserve import PLURAL as KSERVE_PLURAL
 from support.cluster.kserve import RUNTIME_VERSION, KServe
@@ -88,8 +89,9 @@ KSERVE_SERVER_VENV = (Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".c
 # is 600 s: where the model fails to load, KServe says so at that deadline, cluster/kserve.py).
 KSERVE_PROBE_PERIOD_S, KSERVE_BACKOFF_S, KSERVE_PROGRESS_DEADLINE_S = 1.0, 10.0, 20.0
 
-__all__ = ["Claim", "Cluster", "KServeCluster", "Kubelet", "kserve_cluster", "kserve_server",
-           "pvc", "run_images", "runtimes", "trainer_cluster", "trainer_feature_gates"]
+__all__ = ["Claim", "Cluster", "FrontDoor", "KServeCluster", "Kubelet", "apiserver_without_kserve",
+           "forbidding_apiserver", "kserve_cluster", "kserve_server", "pvc", "run_images",
+           "runtimes", "trainer_cluster", "trainer_feature_gates"]
 
 
 def runtimes(shared: Path) -> list[dict]:
@@ -216,3 +218,32 @@ def kserve_cluster(trainer_cluster, kserve_api, kserve_server, shared, apiserver
         proxy.stop()
         controller.shutdown()
     assert not controller.errors, f"the test cluster's KServe failed: {controller.errors}"
+
+
+@pytest.fixture
+def forbidding_apiserver(trainer_cluster, kserve_api, apiserver,
+                         monkeypatch) -> Iterator[FrontDoor]:  # fmt: skip
+    """The test API server behind RBAC (cluster/frontdoor.py): KUBECONFIG reaches it through a
+    front door whose `forbid(namespace, group, resource)` denies a resource there as the API
+    server does (403 Forbidden, for the step's service account). The test cluster's
+    controllers keep the API server's own access."""
+    door = FrontDoor(apiserver.workdir, apiserver.url)
+    monkeypatch.setenv("KUBECONFIG", str(door.kubeconfig))
+    yield door
+    door.stop()
+
+
+@pytest.fixture
+def apiserver_without_kserve(shared, apiserver, tmp_path, monkeypatch):
+    """A test API server of its own, with the Trainer's CRDs and none of KServe's (a cluster
+    where KServe is not installed); KUBECONFIG points at it. (The session's server's binaries:
+    start.sh unpacks none.)"""
+    from support.apiserver import running
+
+    bin_ = apiserver.workdir / "bin"
+    monkeypatch.setenv("APISERVER", str(bin_ / "apiextensions-apiserver"))
+    monkeypatch.setenv("ETCD", str(bin_ / "etcd"))
+    with running(shared, tmp_path / "apiserver-without-kserve") as server:
+        monkeypatch.setenv("KUBECONFIG", str(server.kubeconfig))
+        monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+        yield server
