@@ -22,6 +22,7 @@ from support.runs import train, write_data
 from gpt.rundir.layout import RunDir
 
 MANIFEST = PROJECT / "manifests" / "serve" / "inferenceservice.yaml"
+S3_MANIFEST = PROJECT / "manifests" / "serve" / "inferenceservice-s3.yaml"
 RUN_ID = "6f1c2a9e-3b7d-4c1e-9a2f-0d4e5b6c7a8b"  # a KFP run id
 NAME = f"gpt-{RUN_ID}"
 PROMPT, TOKENS = "ANTIPHOLUS: ", 12
@@ -33,10 +34,10 @@ def inferenceservice(run: str) -> dict:
     return yaml.safe_load(MANIFEST.read_text().replace("${RUN}", run))
 
 
-def trained(pvc) -> RunDir:
+def trained(pvc, *flags: str) -> RunDir:
     """A tiny run trained on the PVC as train-gpt leaves it there: `<pvc>/<run>/model/`."""
     write_data(pvc, RUN_ID)
-    assert train(pvc, RUN_ID, "--max_iters", "60", "--block_size", "32") == 0
+    assert train(pvc, RUN_ID, "--max_iters", "60", "--block_size", "32", *flags) == 0
     return RunDir.of(pvc, RUN_ID)
 
 
@@ -124,6 +125,45 @@ def test_a_runs_inferenceservice_becomes_ready_as_kserve_says_and_answers_our_cl
     assert completion(status["url"], {"model": NAME, "prompt": PROMPT, "max_tokens": TOKENS,
                                       "temperature": 0})["choices"][0]["text"] == (
         answer["choices"][0]["text"])
+
+
+def test_an_s3_export_is_fetched_by_kserves_storage_initializer_with_the_secrets_keys(
+        kserve_cluster: KServeCluster, monkeypatch):  # fmt: skip
+    pytest.importorskip("moto", reason="the S3 test server is moto's (the dev extra)")
+    from bench.s3server import AWS_VARIABLES, BUCKET, S3Server
+
+    ns, export_uri = kserve_cluster.namespace, f"s3://{BUCKET}/runs/{RUN_ID}"
+    with S3Server() as s3:
+        for name in AWS_VARIABLES:
+            monkeypatch.delenv(name, raising=False)
+        for name, value in s3.env().items():  # the TrainJob's storage Secret
+            monkeypatch.setenv(name, value)
+        run = trained(kserve_cluster.pvc, "--export_uri", export_uri)
+        for name in s3.env():
+            monkeypatch.delenv(name)  # the predictor gets KServe's credentials, not these
+        text = S3_MANIFEST.read_text()
+        for key, value in (("RUN", RUN_ID), ("EXPORT_URI", export_uri), ("SECRET", "gpt-s3")):
+            text = text.replace("${" + key + "}", value)
+        account, isvc = yaml.safe_load_all(text)
+        # The storage Secret as docs/cluster.md says KServe reads it: the keys, the endpoint.
+        kserve_cluster.controller.service_accounts[account["metadata"]["name"]] = account
+        kserve_cluster.controller.secrets["gpt-s3"] = {
+            "metadata": {"name": "gpt-s3", "annotations": {
+                "serving.kserve.io/s3-endpoint": s3.url.removeprefix("http://"),
+                "serving.kserve.io/s3-usehttps": "0",
+                "serving.kserve.io/s3-region": "us-east-1"}},
+            "stringData": {"AWS_ACCESS_KEY_ID": s3.key_id,
+                           "AWS_SECRET_ACCESS_KEY": s3.secret}}  # fmt: skip
+        kserve_cluster.api.create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, isvc)
+        status = wait_for(kserve_cluster, NAME, is_ready, READY_S)
+
+    pod = kserve_cluster.controller.predictor(NAME).current
+    (init,) = pod.status()["initContainerStatuses"]
+    assert init["name"] == "storage-initializer" and init["state"]["terminated"]["exitCode"] == 0
+    assert "Storage initialization failed" not in pod.log("storage-initializer")
+    answer = completion(status["address"]["url"], {"model": NAME, "prompt": PROMPT,
+                                                    "max_tokens": TOKENS, "temperature": 0})
+    assert answer["choices"][0]["text"] == cli_replies(run, [PROMPT], TOKENS)[0]
 
 
 def test_a_storage_uri_without_a_model_fails_to_load_as_kserve_reports_it(

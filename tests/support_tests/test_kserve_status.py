@@ -1,11 +1,14 @@
-"""The test cluster's KServe status rules (tests/support/cluster/kserve_status.py), each against
-what KServe v0.20.0's source sets (pkg/apis/serving/v1beta1/inference_service_status.go, the
-raw ingress reconciler, knative's condition set): the conditions while a predictor starts, once
-it is available and when it fails; the model's states; the URLs; the name limits."""
+"""The test cluster's KServe rules (tests/support/cluster/kserve_status.py,
+kserve_credentials.py), each against what KServe v0.20.0's source sets
+(pkg/apis/serving/v1beta1/inference_service_status.go, the raw ingress reconciler, knative's
+condition set, pkg/credentials): the conditions while a predictor starts, once it is available
+and when it fails; the model's states; the URLs; the name limits; the storage initializer's S3
+credentials."""
 
 from __future__ import annotations
 
 import pytest
+from support.cluster.kserve_credentials import storage_env
 from support.cluster.kserve_status import (
     Conditions,
     domain_name,
@@ -167,3 +170,32 @@ def test_a_host_label_over_63_characters_is_refused():
     assert domain_name("a" * (63 - len(NS) - 1), NS)
     with pytest.raises(ValueError, match='must be no more than 63 characters'):
         domain_name("a" * (64 - len(NS) - 1), NS)
+
+
+def s3_secret(annotations: dict, **data: str) -> dict:
+    return {"metadata": {"name": "s3", "annotations": annotations},
+            "stringData": {"AWS_ACCESS_KEY_ID": "id", "AWS_SECRET_ACCESS_KEY": "key", **data}}
+
+
+@pytest.mark.parametrize("annotations,want", [
+    ({"serving.kserve.io/s3-endpoint": "minio:9000", "serving.kserve.io/s3-usehttps": "0"},
+     {"S3_USE_HTTPS": "0", "S3_ENDPOINT": "minio:9000", "AWS_ENDPOINT_URL": "http://minio:9000"}),
+    ({"serving.kserve.io/s3-endpoint": "s3.amazonaws.com"},  # https unless told
+     {"S3_ENDPOINT": "s3.amazonaws.com", "AWS_ENDPOINT_URL": "https://s3.amazonaws.com"}),
+    ({"serving.kserve.io/s3-endpoint": "http://minio:9000", "serving.kserve.io/s3-usehttps": "1"},
+     {"S3_USE_HTTPS": "0", "S3_ENDPOINT": "minio:9000", "AWS_ENDPOINT_URL": "http://minio:9000"}),
+    ({"serving.kserve.io/s3-region": "eu-west-1"}, {"AWS_DEFAULT_REGION": "eu-west-1"}),
+])  # fmt: skip
+def test_an_s3_secret_gives_the_keys_and_its_annotations_as_kserves_variables(annotations, want):
+    isvc = {"metadata": {"name": "gpt"}, "spec": {"predictor": {"serviceAccountName": "sa"}}}
+    env = storage_env(isvc, {"sa": {"secrets": [{"name": "s3"}]}}, {"s3": s3_secret(annotations)})
+    assert env == {"AWS_ACCESS_KEY_ID": "id", "AWS_SECRET_ACCESS_KEY": "key", **want}
+
+
+def test_the_storage_secret_annotation_wins_and_no_account_means_no_credentials():
+    secrets = {"s3": s3_secret({}), "other": s3_secret({}, AWS_ACCESS_KEY_ID="other")}
+    isvc = {"metadata": {"name": "gpt", "annotations": {
+        "serving.kserve.io/storageSecretName": "other"}}, "spec": {"predictor": {}}}
+    assert storage_env(isvc, {"default": {"secrets": [{"name": "s3"}]}},
+                       secrets)["AWS_ACCESS_KEY_ID"] == "other"  # fmt: skip
+    assert storage_env(isvc, {}, secrets) == {}

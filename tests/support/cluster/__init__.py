@@ -179,7 +179,9 @@ class KServeCluster:
     pvc: Path
     """The folder that is PVC `gpt-pvc` (/gpt in the TrainJobs' pods) in `namespace`."""
     controller: KServe
-    """KServe's controller: its predictors (`predictor(name)`: pods, their logs)."""
+    """KServe's controller: its predictors (`predictor(name)`: pods, their status and logs),
+    the namespace's ServiceAccounts and Secrets (`service_accounts`, `secrets`: a test's, for
+    the storage initializer's credentials)."""
     proxy: ServiceProxy
     """What the cluster's Service addresses reach through (`http_proxy` during the test)."""
 

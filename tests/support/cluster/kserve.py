@@ -31,10 +31,11 @@ kserve/kserve at v0.20.0, `pkg/controller/v1beta1/inferenceservice/`:
   PropagateRawStatus and PropagateModelStatus (kserve_status.py).
 
 Not modelled: the mutating webhook's defaults, transformers, explainers, canaries, multi-node,
-autoscalers, Knative, the storage credentials a ServiceAccount's Secrets give the storage
-initializer (an `s3://` URI gets the env `storage_env` holds), Events, the InferenceService
-ConfigMap (its defaults are used). What KServe's validating webhook would have refused
-(cluster/kserve_webhook.py) never reaches a controller: here it is an error of the test cluster.
+autoscalers, Knative, Events, the InferenceService ConfigMap (its defaults are used). The
+storage initializer's S3 credentials come from the predictor's ServiceAccount and its Secrets
+(cluster/kserve_credentials.py), which a test gives as `service_accounts` and `secrets`.
+What KServe's validating webhook would have refused (cluster/kserve_webhook.py) never reaches a
+controller: here it is an error of the test cluster.
 """
 
 from __future__ import annotations
@@ -44,10 +45,11 @@ import copy
 import json
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from support.cluster.kserve_credentials import storage_env
 from support.cluster.kserve_status import (
     CLUSTER_DOMAIN,
     READY,
@@ -85,8 +87,7 @@ class KServe(threading.Thread):
     def __init__(self, api: Any, namespace: str, claims: Callable[[str, str], Path | None],
                  pods: Path, python: Path, *, images: set[str] | None = None,
                  probe_period_s: float = 1.0, backoff_s: float = 2.0,
-                 progress_deadline_s: float = 600.0,
-                 storage_env: Mapping[str, str] | None = None):  # fmt: skip
+                 progress_deadline_s: float = 600.0):  # fmt: skip
         """`claims(namespace, name)`: the folder that is that PVC (None: no such claim);
         `pods`: where the predictor pods' folders and logs go; `python`: the Hugging Face
         server's virtualenv's; the rest as cluster/predictor.py says."""
@@ -95,7 +96,11 @@ class KServe(threading.Thread):
         self.python, self.images = python, images
         self.probe_period_s, self.backoff_s = probe_period_s, backoff_s
         self.progress_deadline_s = progress_deadline_s
-        self.storage_env = dict(storage_env or {})
+        self.service_accounts: dict[str, dict[str, Any]] = {}
+        """The namespace's ServiceAccounts by name, as objects (the API server has no core API;
+        cluster/kserve_credentials.py reads them)."""
+        self.secrets: dict[str, dict[str, Any]] = {}
+        """The namespace's Secrets by name, as objects."""
         self.deployments: dict[str, Deployment] = {}
         self.errors: list[BaseException] = []
         """What went wrong in the test cluster itself (the test fails on it)."""
@@ -336,7 +341,7 @@ class KServe(threading.Thread):
             model_dir = folder / path
             model_dir.mkdir(parents=True, exist_ok=True)
         else:
-            env.update(self.storage_env)
+            env.update(storage_env(isvc, self.service_accounts, self.secrets))
         return PodTemplate(image=model.get("image") or container["image"], args=tuple(args),
                            env=tuple(sorted(env.items())), storage_uri=uri,
                            model_dir=model_dir)  # fmt: skip

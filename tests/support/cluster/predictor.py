@@ -162,6 +162,15 @@ class PredictorPod(threading.Thread):
     def ready(self) -> bool:
         return self.main.ready
 
+    def base_env(self) -> dict[str, str]:
+        """What a container's process has besides the spec's env: an image's PATH and HOME
+        (here the virtualenv's and the pod's folder), none of this machine's variables (its
+        AWS keys, its proxies); one OpenMP thread on the shared cores."""
+        home = self.folder / "home"
+        home.mkdir(exist_ok=True)
+        return {"PATH": f"{self.python.parent}:/usr/local/bin:/usr/bin:/bin", "HOME": str(home),
+                "LANG": "C.UTF-8", "OMP_NUM_THREADS": "1"}
+
     def status(self) -> dict[str, Any]:
         """The pod's core/v1 PodStatus: phase, Ready, the containers' statuses."""
         with self.lock:
@@ -215,7 +224,7 @@ class PredictorPod(threading.Thread):
         back-off; False once the pod is deleted."""
         backoff = self.backoff_s
         while not self.deleted.is_set():
-            env = {**os.environ, **dict(self.template.env), "OMP_NUM_THREADS": "1"}
+            env = {**self.base_env(), **dict(self.template.env)}
             with open(self.folder / f"{container.name}.log", "ab") as log:
                 self.proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env,
                                              start_new_session=True)  # fmt: skip
