@@ -16,6 +16,7 @@ from support.cluster import (  # noqa: E402, F401
     apiserver_without_kserve,
     forbidding_apiserver,
     kserve_cluster,
+    kserve_cluster_without_images,
     kserve_server,
     pvc,
     run_images,

@@ -28,7 +28,8 @@ NOT_QUICK = ("process", "compile", "apiserver", "slow", "minutes", "serving")
 # tests/support/cluster/): the server is a process of its own.
 CLUSTER_FIXTURES = frozenset({"apiserver", "custom_api", "kserve_api", "kubeconfig_env",
                               "trainer_cluster", "pvc", "run_images", "kserve_cluster",
-                              "forbidding_apiserver", "apiserver_without_kserve"})  # fmt: skip
+                              "kserve_cluster_without_images", "forbidding_apiserver",
+                              "apiserver_without_kserve"})  # fmt: skip
 # The fixtures of KServe's Hugging Face server (tests/support/cluster/): its virtualenv is
 # `make test-serving`'s, whose tests are the ones marked `serving`.
 SERVING_FIXTURES = frozenset({"kserve_server", "kserve_cluster"})

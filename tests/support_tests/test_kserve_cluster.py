@@ -73,10 +73,12 @@ def is_ready(status: dict) -> bool:
 
 def completion(url: str, body: dict) -> dict:
     """POST through the cluster's address (urllib takes http_proxy, as a client in the cluster
-    reaches the Service directly)."""
+    reaches the Service directly; an opener of its own: urlopen's is made once a process, with
+    the proxy of the test that first called it)."""
     request = urllib.request.Request(f"{url}/openai/v1/completions", json.dumps(body).encode(),
                                      {"Content-Type": "application/json"})  # fmt: skip
-    with urllib.request.urlopen(request, timeout=60) as response:
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler())
+    with opener.open(request, timeout=60) as response:
         return json.loads(response.read())
 
 

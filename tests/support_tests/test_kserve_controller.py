@@ -86,3 +86,38 @@ def test_a_name_too_long_for_the_predictors_host_fails_the_reconcile(kserve: KSe
         "must be no more than 63 characters")
     assert status["clusterServingRuntimeName"] == "kserve-huggingfaceserver"
     assert kserve.deployments == {}  # nothing was created
+
+
+def test_a_predictor_whose_image_never_pulls_stays_not_ready_and_an_update_rolls_out_surge_first(
+        kserve_cluster_without_images):  # fmt: skip
+    cluster = kserve_cluster_without_images
+    ns = cluster.namespace
+    body = isvc("gpt")
+    body["spec"]["predictor"]["model"]["storageUri"] = "pvc://gpt-pvc/run/model"
+    cluster.api.create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, body)
+
+    def pulling(o: dict) -> bool:
+        deployment = cluster.controller.deployments.get("gpt")
+        return bool(deployment and deployment.current and deployment.current.status()[
+            "containerStatuses"][0]["state"].get("waiting", {}).get("reason")
+            == "ImagePullBackOff" and o.get("status", {}).get("modelStatus"))
+
+    status = status_when(cluster.controller, "gpt", pulling)["status"]
+    reasons = {c["type"]: (c["status"], c.get("reason")) for c in status["conditions"]}
+    assert reasons["PredictorReady"] == ("False", "MinimumReplicasUnavailable")
+    assert status["modelStatus"]["transitionStatus"] == "InProgress"
+    assert status["modelStatus"]["states"]["targetModelState"] == "Pending"
+    assert "url" not in status and "address" not in status
+    (old,) = cluster.controller.deployments["gpt"].pods
+    # The step's re-run updates the service: a new ReplicaSet's pod beside the old one, which
+    # stays until the new one is available (maxUnavailable 0).
+    cluster.api.patch_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, "gpt", {
+        "spec": {"predictor": {"model": {"args": ["--max_length=32"]}}}})
+    end = time.monotonic() + 30
+    while len(cluster.controller.deployments["gpt"].pods) < 2:
+        assert time.monotonic() < end
+        time.sleep(0.1)
+    old_, new = cluster.controller.deployments["gpt"].pods
+    assert old_ is old and new.pod_name.rsplit("-", 2)[1] != old.pod_name.rsplit("-", 2)[1]
+    assert new.template.args[-1] == "--max_length=32"
+    assert new.template.args[0] == "--model_name=gpt"  # the runtime's, its placeholder replaced

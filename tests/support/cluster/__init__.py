@@ -44,11 +44,15 @@ its predictor a Deployment whose pod runs KServe's storage initializer and Huggi
 as local processes (cluster/predictor.py), reached at the cluster addresses KServe writes in
 `status.url` and `status.address.url` through an HTTP proxy (cluster/services.py). It needs the
 server's virtualenv, which `make test-serving` installs; its tests are marked `serving`, outside
-`make test`. Not emulated there: see cluster/kserve.py.
+`make test`. `kserve_cluster_without_images` needs none: its registry has no image, so no
+predictor starts (for what fails before a server would run). Not emulated there: see
+cluster/kserve.py. The API server itself behind RBAC: `forbidding_apiserver`
+(cluster/frontdoor.py); without KServe's CRDs: `apiserver_without_kserve`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -90,8 +94,9 @@ KSERVE_SERVER_VENV = (Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".c
 KSERVE_PROBE_PERIOD_S, KSERVE_BACKOFF_S, KSERVE_PROGRESS_DEADLINE_S = 1.0, 10.0, 20.0
 
 __all__ = ["Claim", "Cluster", "FrontDoor", "KServeCluster", "Kubelet", "apiserver_without_kserve",
-           "forbidding_apiserver", "kserve_cluster", "kserve_server", "pvc", "run_images",
-           "runtimes", "trainer_cluster", "trainer_feature_gates"]
+           "forbidding_apiserver", "kserve_cluster", "kserve_cluster_without_images",
+           "kserve_server", "pvc", "run_images", "runtimes", "trainer_cluster",
+           "trainer_feature_gates"]
 
 
 def runtimes(shared: Path) -> list[dict]:
@@ -197,6 +202,25 @@ def kserve_cluster(trainer_cluster, kserve_api, kserve_server, shared, apiserver
     ClusterServingRuntime applied, its controller watching the namespace, the cluster's Service
     and Ingress hosts reached through `http_proxy`. Stopped at the end (its predictor pods
     deleted), where an error of the cluster itself fails the test."""
+    with _kserve(trainer_cluster, kserve_api, shared, apiserver, tmp_path, monkeypatch,
+                 kserve_server, None) as cluster:  # fmt: skip
+        yield cluster
+
+
+@pytest.fixture
+def kserve_cluster_without_images(trainer_cluster, kserve_api, shared, apiserver, tmp_path,
+                                  monkeypatch) -> Iterator[KServeCluster]:  # fmt: skip
+    """`kserve_cluster` whose registry has no image: every predictor pod waits in
+    ErrImagePull/ImagePullBackOff, never Ready, and no server runs (so it needs none
+    installed: for the failures that come before a server, or instead of one)."""
+    with _kserve(trainer_cluster, kserve_api, shared, apiserver, tmp_path, monkeypatch,
+                 Path("/nonexistent/python"), set()) as cluster:  # fmt: skip
+        yield cluster
+
+
+@contextlib.contextmanager
+def _kserve(trainer_cluster, kserve_api, shared: Path, apiserver, tmp_path: Path, monkeypatch,
+            python: Path, images: set[str] | None) -> Iterator[KServeCluster]:  # fmt: skip
     from support.apiserver import apply_cluster_object
 
     apply_cluster_object(kserve_api, kserve_runtime(shared), "clusterservingruntimes",
@@ -206,7 +230,7 @@ def kserve_cluster(trainer_cluster, kserve_api, kserve_server, shared, apiserver
     controller = KServe(
         kserve_api, ns, lambda namespace, name: (claims[(namespace, name)].folder
                                                  if (namespace, name) in claims else None),
-        tmp_path / "kserve-pods", kserve_server, probe_period_s=KSERVE_PROBE_PERIOD_S,
+        tmp_path / "kserve-pods", python, images=images, probe_period_s=KSERVE_PROBE_PERIOD_S,
         backoff_s=KSERVE_BACKOFF_S, progress_deadline_s=KSERVE_PROGRESS_DEADLINE_S)  # fmt: skip
     proxy = ServiceProxy(controller.address)
     for name in ("http_proxy", "HTTP_PROXY"):

@@ -4,8 +4,8 @@ as local processes of the Hugging Face server's virtualenv (`make test-serving` 
 
 The pod (kubernetes pkg/kubelet, as kubelet.py models it for TrainJobs):
 - its image is looked up in the registry (`images`; None: every image pulls); one the registry
-  lacks never starts: its container waits ErrImagePull, then ImagePullBackOff
-  (pkg/kubelet/images/image_manager.go), and the pod stays Pending;
+  lacks never starts: its containers wait ErrImagePull, then (after kubelet.py's short image
+  back-off) ImagePullBackOff (pkg/kubelet/images/image_manager.go), and the pod stays Pending;
 - init container `storage-initializer` (where KServe's storage initializer injector adds one: a
   storageUri that is not `pvc://`) runs KServe's storage code, `kserve_storage.Storage
   .download_files(uris, dirs)` as python/storage-initializer/scripts/initializer-entrypoint
@@ -64,6 +64,7 @@ from support.cluster.kserve_status import (
     STORAGE_INITIALIZER,
     now,
 )
+from support.cluster.kubelet import IMAGE_BACKOFF_S
 
 # kubernetes staging/src/k8s.io/apimachinery/pkg/util/rand/rand.go: SafeEncodeString's alphabet.
 _SAFE = "bcdfghjklmnpqrstvwxz2456789"
@@ -212,7 +213,7 @@ class PredictorPod(threading.Thread):
         with self.lock:
             for c in filter(None, (self.init, self.main)):
                 c.state = {"waiting": {"reason": "ErrImagePull", "message": error}}
-        if self.deleted.wait(self.backoff_s):
+        if self.deleted.wait(IMAGE_BACKOFF_S):
             return
         with self.lock:
             for c in filter(None, (self.init, self.main)):
