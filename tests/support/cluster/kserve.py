@@ -7,9 +7,11 @@ kserve/kserve at v0.20.0, `pkg/controller/v1beta1/inferenceservice/`:
   patch) and, once the InferenceService is being deleted, its resources deleted and the
   finalizer removed; the conditions initialized (Ready, PredictorReady, IngressReady Unknown);
   the predictor reconciled; on its error the status written as it stands and the request
-  requeued (controller-runtime's default back-off: 5 ms doubling to 1000 s); else `Stopped`
-  False, the ingress (kserve_status.py `reconcile_ingress`) and the status written
-  (`updateStatus`: with `deploymentMode`, only when it changed). A reconcile follows any change
+  requeued (controller-runtime's default back-off: 5 ms doubling to 1000 s); on its
+  RequeueAfter (a storage initializer running again after a failure) nothing written, another
+  reconcile a second later; else `Stopped` False, the ingress (kserve_status.py
+  `reconcile_ingress`) and the status written (`updateStatus`: with `deploymentMode`, only when
+  it changed). A reconcile follows any change
   of the InferenceService (its own status updates included: `For` without predicates), of its
   Deployment (`Owns`), and of its pods' init container statuses (`podInitContainersPredicate`);
   not a container's crash alone, which changes neither (the model's failure then shows at the
@@ -156,6 +158,9 @@ class KServe(threading.Thread):
         names = {i["metadata"]["name"] for i in items}
         for name in [n for n in self.deployments if n not in names]:
             self.deployments.pop(name).delete()  # the garbage collector's part
+        for gone in (self._seen, self._requeue):
+            for name in [n for n in gone if n not in names]:
+                del gone[name]
         for isvc in items:
             self._sync(isvc)
         for deployment in self.deployments.values():
@@ -199,18 +204,18 @@ class KServe(threading.Thread):
             conditions.initialize()
         try:
             again = self._reconcile_predictor(isvc, status)
-            if conditions.get(STOPPED) is None:
-                conditions.set(STOPPED, "False")
-            reconcile_ingress(status, name, self.namespace)
         except ReconcileError:
             _, backoff = self._requeue.get(name, (0, REQUEUE_BASE_S / 2))
             backoff = min(backoff * 2, REQUEUE_MAX_S)
             self._requeue[name] = (time.monotonic() + backoff, backoff)
         else:
-            if again:
+            if again:  # Reconcile returns the RequeueAfter at once: no status written
                 self._requeue[name] = (time.monotonic() + 1.0, REQUEUE_BASE_S / 2)
-            else:
-                self._requeue.pop(name, None)
+                return
+            self._requeue.pop(name, None)
+            if conditions.get(STOPPED) is None:
+                conditions.set(STOPPED, "False")
+            reconcile_ingress(status, name, self.namespace)
         status["deploymentMode"] = DEPLOYMENT_MODE
         if status != isvc.get("status"):
             self._write_status(isvc, status)
