@@ -54,15 +54,6 @@ def wait_for(cluster: KServeCluster, name: str, done, timeout: float) -> dict:
         time.sleep(0.2)
 
 
-def crash_loop(cluster: KServeCluster, name: str) -> dict | None:
-    """The predictor pod's kserve-container status while the kubelet backs off restarting it."""
-    deployment = cluster.controller.deployments.get(name)
-    if deployment is None or deployment.current is None:
-        return None
-    (main,) = deployment.current.status()["containerStatuses"]
-    return main if main["state"].get("waiting", {}).get("reason") == "CrashLoopBackOff" else None
-
-
 def condition(status: dict, kind: str) -> dict:
     return next(c for c in status.get("conditions", []) if c["type"] == kind)
 
@@ -179,11 +170,10 @@ def test_a_storage_uri_without_a_model_fails_to_load_as_kserve_reports_it(
     # brings one (the Deployment's progress deadline, KSERVE_PROGRESS_DEADLINE_S here, if the
     # container is down then; here a change of the InferenceService).
     end = time.monotonic() + READY_S
-    while crash_loop(kserve_cluster, NAME) is None:
+    while not kserve_cluster.crash_looping(NAME):
         assert time.monotonic() < end, "the server did not fail"
         time.sleep(0.2)
-    kserve_cluster.api.patch_namespaced_custom_object(
-        GROUP, VERSION, ns, PLURAL, NAME, {"metadata": {"annotations": {"touched": "now"}}})
+    kserve_cluster.touch(NAME)
     status = wait_for(kserve_cluster, NAME,
                       lambda s: s.get("modelStatus", {}).get("transitionStatus")
                       == "BlockedByFailedLoad", 30)  # fmt: skip

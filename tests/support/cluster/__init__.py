@@ -54,6 +54,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -193,6 +194,23 @@ class KServeCluster:
     def inferenceservice(self, name: str) -> dict:
         return self.api.get_namespaced_custom_object(KSERVE_GROUP, KSERVE_VERSION,
                                                      self.namespace, KSERVE_PLURAL, name)
+
+    def crash_looping(self, name: str) -> bool:
+        """Whether the predictor pod's kserve-container waits in CrashLoopBackOff (its server
+        exited, the kubelet backs off from restarting it)."""
+        deployment = self.controller.deployments.get(name)
+        if deployment is None or deployment.current is None:
+            return False
+        (main,) = deployment.current.status()["containerStatuses"]
+        return main["state"].get("waiting", {}).get("reason") == "CrashLoopBackOff"
+
+    def touch(self, name: str) -> None:
+        """Change the InferenceService (an annotation), which brings KServe's next reconcile:
+        nothing KServe watches changes when a container crashes, so a load failure shows in
+        `modelStatus` only at such a reconcile (the Deployment's progress deadline, or this)."""
+        self.api.patch_namespaced_custom_object(
+            KSERVE_GROUP, KSERVE_VERSION, self.namespace, KSERVE_PLURAL, name,
+            {"metadata": {"annotations": {"test-cluster/touched": str(time.time())}}})
 
 
 @pytest.fixture
