@@ -13,6 +13,8 @@ from support.apiserver import apply_cluster_object, namespace
 from support.cluster import kserve_runtime
 from support.cluster.kserve import FINALIZER, GROUP, PLURAL, RUNTIME_VERSION, VERSION, KServe
 
+from components.trainjob.warning_events import LogDirEvents
+
 
 @pytest.fixture
 def kserve(kserve_api, shared, tmp_path):
@@ -60,6 +62,12 @@ def test_a_model_format_no_runtime_supports_is_an_invalid_spec_and_deletion_is_l
     assert [(c["type"], c["status"]) for c in status["conditions"]] == [
         ("IngressReady", "Unknown"), ("PredictorReady", "Unknown"), ("Ready", "Unknown")]
     assert status["deploymentMode"] == "Standard"
+    # The reconcile's error, as a Warning Event on the InferenceService.
+    warnings = LogDirEvents(kserve.pods).warnings(kserve.namespace, "InferenceService", "gpt",
+                                                  obj["metadata"]["uid"])  # fmt: skip
+    assert {(w.reason, w.message) for w in warnings} == {
+        ("InternalError", "no runtime found to support predictor with model type: "
+                          "{sklearn <nil>}")}  # fmt: skip
 
     kserve.api.delete_namespaced_custom_object(GROUP, VERSION, kserve.namespace, PLURAL, "gpt")
     end = time.monotonic() + 30

@@ -248,7 +248,8 @@ def _kserve(trainer_cluster, kserve_api, shared: Path, apiserver, tmp_path: Path
     controller = KServe(
         kserve_api, ns, lambda namespace, name: (claims[(namespace, name)].folder
                                                  if (namespace, name) in claims else None),
-        tmp_path / "kserve-pods", python, images=images, probe_period_s=KSERVE_PROBE_PERIOD_S,
+        tmp_path / "kserve-pods", python, events=trainer_cluster.kubelet.logs, images=images,
+        probe_period_s=KSERVE_PROBE_PERIOD_S,
         backoff_s=KSERVE_BACKOFF_S, progress_deadline_s=KSERVE_PROGRESS_DEADLINE_S)  # fmt: skip
     proxy = ServiceProxy(controller.address)
     for name in ("http_proxy", "HTTP_PROXY"):

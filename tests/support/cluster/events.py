@@ -89,3 +89,46 @@ def write_whole(path: Path, text: str) -> None:
     tmp = path.with_suffix(".tmp")
     tmp.write_text(text)
     os.replace(tmp, path)
+
+
+class CoreEventRecorder:
+    """A controller's older `record.EventRecorder` (client-go tools/record, core/v1 Events), as
+    KServe v0.20.0's InferenceService controller records (cmd/manager/main.go: source component
+    `v1beta1Controllers`).
+
+    tools/record/event.go (makeEvent) and events_cache.go (EventCorrelator, eventLogger): an
+    Event `<involved name>.<UnixNano in hex>` with `count` 1 and `firstTimestamp` =
+    `lastTimestamp`; the same one again (the involved object, type, reason, message, source)
+    counts up and moves `lastTimestamp` (a patch). Its aggregation of ten similar messages and
+    its spam filter (25 per object, then one per 5 minutes) are not modelled.
+    """
+
+    def __init__(self, logs: Path, component: str) -> None:
+        self.logs, self.component = logs, component
+        self._lock = threading.Lock()
+        self._seen: dict[tuple[Any, ...], dict[str, Any]] = {}
+
+    def eventf(self, involved: dict[str, Any], type_: str, reason: str, message: str) -> None:
+        meta = involved["metadata"]
+        ref = {"kind": involved["kind"], "namespace": meta["namespace"], "name": meta["name"],
+               "uid": meta.get("uid"), "apiVersion": involved["apiVersion"],
+               "resourceVersion": meta.get("resourceVersion")}  # fmt: skip
+        key = (type_, reason, message, ref["kind"], ref["name"], ref["uid"])
+        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        with self._lock:
+            event = self._seen.get(key)
+            if event is None:
+                event = self._seen[key] = {
+                    "metadata": {"name": f"{meta['name']}.{time.time_ns():x}",
+                                 "namespace": meta["namespace"]},
+                    "involvedObject": ref, "reason": reason, "message": message,
+                    "source": {"component": self.component}, "firstTimestamp": now,
+                    "lastTimestamp": now, "count": 1, "type": type_, "eventTime": None,
+                    "reportingComponent": self.component, "reportingInstance": "",
+                }  # fmt: skip
+            else:
+                event["count"] += 1
+                event["lastTimestamp"] = now
+            folder = self.logs / meta["namespace"] / EVENTS_DIR
+            folder.mkdir(parents=True, exist_ok=True)
+            write_whole(folder / f"{event['metadata']['name']}.json", json.dumps(event))

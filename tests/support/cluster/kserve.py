@@ -7,11 +7,13 @@ kserve/kserve at v0.20.0, `pkg/controller/v1beta1/inferenceservice/`:
   patch) and, once the InferenceService is being deleted, its resources deleted and the
   finalizer removed; the conditions initialized (Ready, PredictorReady, IngressReady Unknown);
   the predictor reconciled; on its error the status written as it stands and the request
-  requeued (controller-runtime's default back-off: 5 ms doubling to 1000 s); on its
+  requeued (controller-runtime's default back-off: 5 ms doubling to 1000 s), a Warning Event
+  `InternalError` with the error (cluster/events.py `CoreEventRecorder`); on its
   RequeueAfter (a storage initializer running again after a failure) nothing written, another
   reconcile a second later; else `Stopped` False, the ingress (kserve_status.py
   `reconcile_ingress`) and the status written (`updateStatus`: with `deploymentMode`, only when
-  it changed). A reconcile follows any change
+  it changed; then an Event where Ready turned True, InferenceServiceReady, or from True to
+  False, InferenceServiceNotReady naming the False conditions). A reconcile follows any change
   of the InferenceService (its own status updates included: `For` without predicates), of its
   Deployment (`Owns`), and of its pods' init container statuses (`podInitContainersPredicate`);
   not a container's crash alone, which changes neither (the model's failure then shows at the
@@ -33,7 +35,7 @@ kserve/kserve at v0.20.0, `pkg/controller/v1beta1/inferenceservice/`:
   PropagateRawStatus and PropagateModelStatus (kserve_status.py).
 
 Not modelled: the mutating webhook's defaults, transformers, explainers, canaries, multi-node,
-autoscalers, Knative, Events, the InferenceService ConfigMap (its defaults are used). The
+autoscalers, Knative, the InferenceService ConfigMap (its defaults are used). The
 storage initializer's S3 credentials come from the predictor's ServiceAccount and its Secrets
 (cluster/kserve_credentials.py), which a test gives as `service_accounts` and `secrets`.
 What KServe's validating webhook would have refused (cluster/kserve_webhook.py) never reaches a
@@ -51,6 +53,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from support.cluster.events import CoreEventRecorder
 from support.cluster.kserve_credentials import storage_env
 from support.cluster.kserve_status import (
     CLUSTER_DOMAIN,
@@ -76,6 +79,7 @@ DEPLOYMENT_MODE = "Standard"
 KSERVE_CONTAINER = "kserve-container"
 INFERENCE_SERVICE_NAME = "INFERENCE_SERVICE_NAME"
 POLL_S = 0.05
+EVENT_SOURCE = "v1beta1Controllers"  # cmd/manager/main.go: the recorder's component
 REQUEUE_BASE_S, REQUEUE_MAX_S = 0.005, 1000.0
 
 
@@ -87,12 +91,15 @@ class KServe(threading.Thread):
     """Plays KServe's InferenceService controller for one namespace."""
 
     def __init__(self, api: Any, namespace: str, claims: Callable[[str, str], Path | None],
-                 pods: Path, python: Path, *, images: set[str] | None = None,
+                 pods: Path, python: Path, *, events: Path | None = None,
+                 images: set[str] | None = None,
                  probe_period_s: float = 1.0, backoff_s: float = 2.0,
                  progress_deadline_s: float = 600.0):  # fmt: skip
         """`claims(namespace, name)`: the folder that is that PVC (None: no such claim);
         `pods`: where the predictor pods' folders and logs go; `python`: the Hugging Face
-        server's virtualenv's; the rest as cluster/predictor.py says."""
+        server's virtualenv's; `events`: the folder of the namespaces' Events (the kubelet's
+        logs, which `LogDirEvents` reads; None: `pods`); the rest as cluster/predictor.py
+        says."""
         super().__init__(daemon=True, name=f"kserve-{namespace}")
         self.api, self.namespace, self.claims, self.pods = api, namespace, claims, pods
         self.python, self.images = python, images
@@ -104,6 +111,7 @@ class KServe(threading.Thread):
         self.secrets: dict[str, dict[str, Any]] = {}
         """The namespace's Secrets by name, as objects."""
         self.deployments: dict[str, Deployment] = {}
+        self.recorder = CoreEventRecorder(events or pods, EVENT_SOURCE)
         self.errors: list[BaseException] = []
         """What went wrong in the test cluster itself (the test fails on it)."""
         self._seen: dict[str, Any] = {}
@@ -204,7 +212,8 @@ class KServe(threading.Thread):
             conditions.initialize()
         try:
             again = self._reconcile_predictor(isvc, status)
-        except ReconcileError:
+        except ReconcileError as e:
+            self.recorder.eventf(isvc, "Warning", "InternalError", str(e))
             _, backoff = self._requeue.get(name, (0, REQUEUE_BASE_S / 2))
             backoff = min(backoff * 2, REQUEUE_MAX_S)
             self._requeue[name] = (time.monotonic() + backoff, backoff)
@@ -217,8 +226,23 @@ class KServe(threading.Thread):
                 conditions.set(STOPPED, "False")
             reconcile_ingress(status, name, self.namespace)
         status["deploymentMode"] = DEPLOYMENT_MODE
-        if status != isvc.get("status"):
-            self._write_status(isvc, status)
+        if status != isvc.get("status") and self._write_status(isvc, status):
+            self._readiness_event(isvc, status)
+
+    def _readiness_event(self, isvc: dict[str, Any], status: dict[str, Any]) -> None:
+        """updateStatus's Events once the status is written: Ready, or no longer Ready and
+        which conditions are False (GetFailConditions)."""
+        name = isvc["metadata"]["name"]
+        was = (Conditions(isvc.get("status") or {}).get(READY) or {}).get("status")
+        now = (Conditions(status).get(READY) or {}).get("status")
+        if was == "True" and now == "False":
+            failed = ", ".join(c["type"] for c in status["conditions"] if c["status"] == "False")
+            self.recorder.eventf(isvc, "Warning", "InferenceServiceNotReady",
+                                 f"InferenceService [{name}] is no longer Ready because of: "
+                                 f"{failed}")  # fmt: skip
+        elif was != "True" and now == "True":
+            self.recorder.eventf(isvc, "Normal", "InferenceServiceReady",
+                                 f"InferenceService [{name}] is Ready")
 
     def _reconcile_predictor(self, isvc: dict[str, Any], status: dict[str, Any]) -> bool:
         """Predictor.Reconcile; True where it asks to be requeued (RequeueAfter 1 s)."""
@@ -249,32 +273,36 @@ class KServe(threading.Thread):
         """The serving runtime's spec (reconcileModel), its name in the status."""
         model = isvc["spec"]["predictor"]["model"]
         if model.get("runtime"):
-            found = self._named_runtime(model["runtime"])
+            named = model["runtime"]
+            found = self._named_runtime(named)
             if found is None:
                 update_model_transition_status(status, "InvalidSpec", {
                     "reason": "RuntimeNotRecognized",
                     "message": "Waiting for runtime to become available"})  # fmt: skip
-                raise ReconcileError(f"runtime {model['runtime']} not found")
+                raise ReconcileError("No ServingRuntimes or ClusterServingRuntimes with the "
+                                     f"name: {named}")  # fmt: skip
             runtime, cluster = found
             checks = ((runtime["spec"].get("disabled"), "RuntimeDisabled",
-                       "Specified runtime is disabled"),
+                       "Specified runtime is disabled", "is disabled"),
                       (not _protocol_supported(runtime, model), "NoSupportingRuntime",
-                       "Specified runtime does not support specified protocol version"),
+                       "Specified runtime does not support specified protocol version",
+                       "does not support specified protocol version"),
                       (not _supports(runtime, model), "NoSupportingRuntime",
-                       "Specified runtime does not support specified framework/version"))
-            for failed, reason, message in checks:
+                       "Specified runtime does not support specified framework/version",
+                       "does not support specified framework/version"))
+            for failed, reason, message, error in checks:
                 if failed:
                     update_model_transition_status(status, "InvalidSpec",
                                                    {"reason": reason, "message": message})
-                    raise ReconcileError(message)
+                    raise ReconcileError(f"specified runtime {named} {error}")
         else:
             supporting = self._supporting_runtimes(model)
             if not supporting:
                 update_model_transition_status(status, "InvalidSpec", {
                     "reason": "NoSupportingRuntime",
                     "message": "No runtime found to support specified framework/version"})
-                raise ReconcileError(f"no runtime found to support predictor with model type: "
-                                     f"{model['modelFormat']}")  # fmt: skip
+                raise ReconcileError("no runtime found to support predictor with model type: "
+                                     f"{_go_model_format(model)}")  # fmt: skip
             runtime, cluster = supporting[0]
         key = "clusterServingRuntimeName" if cluster else "servingRuntimeName"
         status[key] = runtime["metadata"]["name"]
@@ -356,9 +384,9 @@ class KServe(threading.Thread):
     def _patch(self, name: str, body: dict[str, Any]) -> None:
         self.api.patch_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL, name, body)
 
-    def _write_status(self, isvc: dict[str, Any], status: dict[str, Any]) -> None:
-        """Status().Update: a conflict (a newer InferenceService) is retried by the next
-        reconcile, which that change brings."""
+    def _write_status(self, isvc: dict[str, Any], status: dict[str, Any]) -> bool:
+        """Status().Update, False where it failed: a conflict (a newer InferenceService) is
+        retried by the next reconcile, which that change brings."""
         from kubernetes.client.exceptions import ApiException
 
         body = {**isvc, "status": status}
@@ -368,6 +396,8 @@ class KServe(threading.Thread):
         except ApiException as e:
             if e.status not in (404, 409):
                 raise
+            return False
+        return True
 
     def shutdown(self) -> None:
         """Stop watching and delete every predictor pod."""
@@ -384,6 +414,13 @@ def _placeholders(text: str, meta: dict[str, Any]) -> str:
     if "{{" in text:
         raise AssertionError(f"placeholder not modelled: {text}")
     return text
+
+
+def _go_model_format(model: dict[str, Any]) -> str:
+    """Go's `%v` of the model's ModelFormat{Name, Version *string}: `{huggingface <nil>}` (a
+    version prints as its pointer, an address, here a stand-in)."""
+    version = "0xc000010000" if model["modelFormat"].get("version") else "<nil>"
+    return f"{{{model['modelFormat']['name']} {version}}}"
 
 
 def _format_label(model: dict[str, Any]) -> str:
