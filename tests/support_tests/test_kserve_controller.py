@@ -129,3 +129,20 @@ def test_a_predictor_whose_image_never_pulls_stays_not_ready_and_an_update_rolls
     assert old_ is old and new.pod_name.rsplit("-", 2)[1] != old.pod_name.rsplit("-", 2)[1]
     assert new.template.args[-1] == "--max_length=32"
     assert new.template.args[0] == "--model_name=gpt"  # the runtime's, its placeholder replaced
+
+
+def test_a_claim_that_is_not_there_leaves_the_predictor_unscheduled(kserve_cluster_without_images):
+    cluster = kserve_cluster_without_images
+    body = isvc("gpt")
+    body["spec"]["predictor"]["model"]["storageUri"] = "pvc://no-such-claim/run/model"
+    cluster.api.create_namespaced_custom_object(GROUP, VERSION, cluster.namespace, PLURAL, body)
+    status = status_when(cluster.controller, "gpt", lambda o: any(
+        c["type"] == "PredictorReady" and c["status"] == "False"
+        for c in o.get("status", {}).get("conditions", [])))["status"]
+    predictor = next(c for c in status["conditions"] if c["type"] == "PredictorReady")
+    assert predictor["reason"] == "MinimumReplicasUnavailable"
+    # No container ever ran: nothing tells the model's state (Go's zero value).
+    assert status["modelStatus"] == {"transitionStatus": "", "copies": {"failedCopies": 0}}
+    (pod,) = cluster.controller.predictor("gpt").pods
+    assert pod.status()["conditions"][0]["message"] == (
+        '0/1 nodes are available: persistentvolumeclaim "no-such-claim" not found.')

@@ -207,6 +207,9 @@ class KServe(threading.Thread):
             raise AssertionError(f"KServe's webhook would have refused InferenceService "
                                  f"{self.namespace}/{name}: {e}") from None  # fmt: skip
         status = copy.deepcopy(isvc.get("status") or {})
+        # InferenceServiceStatus's ModelStatus is a struct, its transitionStatus without
+        # omitempty: Go writes "" where nothing set it (the CRD's default never applies).
+        status.setdefault("modelStatus", {}).setdefault("transitionStatus", "")
         conditions = Conditions(status)
         if conditions.get(READY) is None:
             conditions.initialize()
@@ -363,21 +366,22 @@ class KServe(threading.Thread):
         args = [*(container.get("args") or []), *(model.get("args") or [])]
         args = [_placeholders(a, meta) for a in args]
         uri = model.get("storageUri", "")
-        model_dir = None
+        model_dir, unschedulable = None, ""
         if uri.startswith("pvc://"):
             claim, path = pvc_mount(uri)
             folder = self.claims(self.namespace, claim)
             if folder is None:
-                raise AssertionError(f"{meta['name']}: PVC {claim} is not in the test cluster "
-                                     "(a pod that cannot be scheduled is not modelled here)")
-            # The kubelet makes a subPath that is missing (subpath_linux.go doSafeMakeDir).
-            model_dir = folder / path
-            model_dir.mkdir(parents=True, exist_ok=True)
+                unschedulable = (f'0/1 nodes are available: persistentvolumeclaim "{claim}" '
+                                 "not found.")  # fmt: skip
+            else:
+                # The kubelet makes a subPath that is missing (subpath_linux.go doSafeMakeDir).
+                model_dir = folder / path
+                model_dir.mkdir(parents=True, exist_ok=True)
         else:
             env.update(storage_env(isvc, self.service_accounts, self.secrets))
         return PodTemplate(image=model.get("image") or container["image"], args=tuple(args),
-                           env=tuple(sorted(env.items())), storage_uri=uri,
-                           model_dir=model_dir)  # fmt: skip
+                           env=tuple(sorted(env.items())), storage_uri=uri, model_dir=model_dir,
+                           unschedulable=unschedulable)  # fmt: skip
 
     # ---- the API server -------------------------------------------------------------------
 

@@ -3,6 +3,9 @@ Kubernetes' Deployment controller and the kubelet run it, its containers KServe'
 as local processes of the Hugging Face server's virtualenv (`make test-serving` installs it).
 
 The pod (kubernetes pkg/kubelet, as kubelet.py models it for TrainJobs):
+- a claim its `pvc://` storageUri names that is not in the namespace leaves it unscheduled
+  (kubernetes pkg/scheduler/framework/plugins/volumebinding/volume_binding.go, PreFilter:
+  PodScheduled False, `persistentvolumeclaim "<claim>" not found`), no container started;
 - its image is looked up in the registry (`images`; None: every image pulls); one the registry
   lacks never starts: its containers wait ErrImagePull, then (after kubelet.py's short image
   back-off) ImagePullBackOff (pkg/kubelet/images/image_manager.go), and the pod stays Pending;
@@ -100,6 +103,8 @@ class PodTemplate:
     model_dir: Path | None
     """The folder that is /mnt/models for a `pvc://` storageUri; None: the storage initializer
     fills the pod's own."""
+    unschedulable: str = ""
+    """Why the scheduler cannot place the pod (a claim that is not there), or ""."""
 
 
 def _free_port() -> int:
@@ -173,7 +178,12 @@ class PredictorPod(threading.Thread):
                 "LANG": "C.UTF-8", "OMP_NUM_THREADS": "1"}
 
     def status(self) -> dict[str, Any]:
-        """The pod's core/v1 PodStatus: phase, Ready, the containers' statuses."""
+        """The pod's core/v1 PodStatus: phase, Ready, the containers' statuses (none while it
+        is not scheduled: PodScheduled False)."""
+        if self.template.unschedulable:
+            return {"phase": "Pending", "conditions": [{
+                "type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                "message": self.template.unschedulable}]}  # fmt: skip
         with self.lock:
             status: dict[str, Any] = {
                 "phase": self.phase,
@@ -190,6 +200,8 @@ class PredictorPod(threading.Thread):
 
     def run(self) -> None:
         try:
+            if self.template.unschedulable:
+                return  # it waits for the scheduler, and nothing here changes that
             if self.images is not None and self.template.image not in self.images:
                 return self._pull_back_off()
             if self.init is not None:
