@@ -321,6 +321,12 @@ class TrainConfig(InitFromConfig, SeedConfig, ModelConfig, RunConfig):
     its activations again there: about a third more compute for a fraction of the activations'
     memory (bench/activation_memory.py), the same loss and gradients. For a model or context
     whose activations do not fit the device."""
+    shard: bool = False
+    """Shard the weights, gradients and AdamW's state over the ranks torchrun starts (PyTorch's
+    FSDP2, each transformer block then the rest), instead of a whole copy on every rank (DDP):
+    about 16 / ranks bytes a parameter plus one block's weights gathered at a time, for a model
+    that does not fit one device. Checkpoints are then written sharded
+    (torch.distributed.checkpoint), every rank its part, and resume on any number of ranks."""
     fused_loss: bool = False
     """Compute each chunk's cross-entropy, its loss and its gradient, in one Triton kernel
     (gpt/models/fused_loss.py) instead of PyTorch's ops: CUDA only, and with the chunked loss

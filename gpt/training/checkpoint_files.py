@@ -12,6 +12,9 @@ checkpoint, and a half-written one is never picked up. Each holds
   rng.json           every rank's RNG states: torch (and CUDA), numpy, python
   average.safetensors  the moving average of the weights (gpt/training/ema.py), if the run keeps one
                      (--ema_decay): what it evaluates and exports
+
+or, written by a run with --shard, `shards/` in place of the weights, optimizer and average
+files: every rank's part of them (gpt/training/sharded_checkpoint.py).
 """
 
 from __future__ import annotations
@@ -41,6 +44,8 @@ from gpt.training.recipe import DEFAULT_EMA_DECAY
 MODEL, OPTIMIZER, STATE, RNG = "model.safetensors", "optimizer.pt", "state.json", "rng.json"
 FILES = (MODEL, OPTIMIZER, STATE, RNG)  # every checkpoint has these
 AVERAGE = "average.safetensors"  # and one of a run with a weight average, this
+SHARDS = "shards"  # a sharded checkpoint (--shard) has this folder for the tensors
+SHARDED_FILES = (STATE, RNG, f"{SHARDS}/.metadata")  # and these, written last
 _STEP_DIR = re.compile(r"^step-(\d+)$")
 _RESTART = "pass --resume never to start over"
 
@@ -157,12 +162,24 @@ def save(rundir: RunDir, iteration: int, model: torch.nn.Module, optimizer: torc
         # "unexpected pos" and nothing more; Python's write raises the OSError it is.
         with open(stage / OPTIMIZER, "wb") as f:
             torch.save(optimizer.state_dict(), f)
-        (stage / STATE).write_text(json.dumps(state.to_json(), indent=2, sort_keys=True) + "\n")
-        (stage / RNG).write_text(json.dumps({str(r): s for r, s in enumerate(rngs)}) + "\n")
+        write_facts(stage, state, rngs)
         faults.checkpoint_staged(iteration)
-    atomic.write_text(rundir.latest, dest.name + "\n", what=f"the pointer to {what}")
-    prune(rundir, keep_last)
+    publish(rundir, dest, keep_last)
     return dest
+
+
+def write_facts(stage: Path, state: CheckpointState, rngs: list[dict[str, Any]]) -> None:
+    """state.json and rng.json (every rank's RNG states, `rngs` in rank order) into `stage`, a
+    checkpoint's staging folder."""
+    (stage / STATE).write_text(json.dumps(state.to_json(), indent=2, sort_keys=True) + "\n")
+    (stage / RNG).write_text(json.dumps({str(r): s for r, s in enumerate(rngs)}) + "\n")
+
+
+def publish(rundir: RunDir, dest: Path, keep_last: int) -> None:
+    """Point LATEST at checkpoint `dest`, now in place, and drop all but the newest
+    `keep_last`."""
+    atomic.write_text(rundir.latest, dest.name + "\n", what=f"the pointer to {dest.name}")
+    prune(rundir, keep_last)
 
 
 def _step_dirs(rundir: RunDir) -> list[tuple[int, Path]]:
@@ -196,7 +213,8 @@ def find_latest(rundir: RunDir) -> Path | None:
     if not _STEP_DIR.match(name):
         raise InputError(f"{rundir.latest}: does not name a checkpoint ({name[:40]!r})")
     path = rundir.ckpt_dir / name
-    missing = [f for f in FILES if not (path / f).is_file()]
+    missing = [f for f in (SHARDED_FILES if is_sharded(path) else FILES)
+               if not (path / f).is_file()]
     if missing:
         raise InputError(
             f"{rundir.latest} names {name}, which lacks {', '.join(missing)}; "
@@ -230,10 +248,7 @@ def load_weights(path: Path, model: torch.nn.Module, optimizer: torch.optim.Opti
     """Load model and optimizer state (and the weight average into `average`, if given) from
     checkpoint `path`, refusing anything but tensors."""
     if average is not None and not has_average(path):
-        raise InputError(
-            f"{path}: has no {AVERAGE}: it was trained without a weight average; pass "
-            "--ema_decay 0 to continue it, or --resume never to start over"
-        )
+        raise InputError(no_average(path))
     try:
         opt_state = torch.load(path / OPTIMIZER, map_location=device, weights_only=True)
     except pickle.UnpicklingError as e:
@@ -262,6 +277,19 @@ def load_weights(path: Path, model: torch.nn.Module, optimizer: torch.optim.Opti
         raise InputError(
             f"{path / OPTIMIZER}: does not fit this model ({first_line(e)})"
         ) from None
+
+
+def no_average(path: Path) -> str:
+    """Why checkpoint `path`, which holds no weight average, cannot resume a run that keeps
+    one."""
+    return (f"{path}: has no weight average: it was trained without one; pass --ema_decay 0 "
+            "to continue it, or --resume never to start over")
+
+
+def is_sharded(path: Path) -> bool:
+    """Whether checkpoint `path` was written sharded (--shard): `shards/` in place of the
+    weights, optimizer and average files."""
+    return (path / SHARDS).is_dir()
 
 
 def has_average(path: Path) -> bool:

@@ -15,10 +15,11 @@ from gpt.distributed.world import World
 from gpt.errors import InputError
 from gpt.fetch.model_source import parse as parse_init_from
 from gpt.models.model import GPT
-from gpt.training import checkpoint_files, report
+from gpt.training import checkpoint_files, report, sharded_checkpoint
 from gpt.training.batches import TokenData
 from gpt.training.checkpoint_files import CheckpointState, TrainState
 from gpt.training.ema import WeightAverage
+from gpt.training.sharding import is_sharded
 
 
 class Checkpointer:
@@ -48,7 +49,17 @@ class Checkpointer:
             return TrainState()
         self._check_compatible(latest, saved)
         average = self.average.model if self.average else None
-        checkpoint_files.load_weights(latest, self.model, self.optimizer, world.device, average)
+        if checkpoint_files.is_sharded(latest):  # into any number of ranks, sharded or not
+            sharded_checkpoint.load(latest, self.model, self.optimizer, average, saved)
+        elif is_sharded(self.model):
+            raise InputError(
+                f"--shard: {latest} holds whole weights (written without --shard), which a "
+                "sharded run does not read; resume it without --shard, or start over with "
+                "--resume never"
+            )
+        else:
+            checkpoint_files.load_weights(latest, self.model, self.optimizer, world.device,
+                                          average)
         state = dataclasses.replace(saved.train)  # a copy: training advances it
         rngs = checkpoint_files.read_rngs(latest)
         # A rank the saved run did not have keeps its fresh seed.
@@ -101,19 +112,24 @@ class Checkpointer:
 
     def save(self, state: TrainState) -> None:
         """Write the checkpoint of iteration `state.step` (every rank gives its RNGs; rank 0
-        writes)."""
+        writes, or with --shard every rank its shards)."""
         rngs = self.world.gather_json(checkpoint_files.rng_state(self.world.device))
-        if self.world.is_main:
-            average = self.average.model if self.average else None
-            facts = CheckpointState(
-                train=state,
-                model=self.model.config,
-                ema_decay=self.average.decay if self.average else 0.0,
-                data=self.data.meta.identity(),
-                config=dataclasses.asdict(self.cfg),
-                world_size=self.world.size,
-            )
+        average = self.average.model if self.average else None
+        facts = CheckpointState(
+            train=state,
+            model=self.model.config,
+            ema_decay=self.average.decay if self.average else 0.0,
+            data=self.data.meta.identity(),
+            config=dataclasses.asdict(self.cfg),
+            world_size=self.world.size,
+        )
+        path = None
+        if self.cfg.shard:
+            path = sharded_checkpoint.save(self.rundir, self.world, self.model, self.optimizer,
+                                           average, facts, rngs, self.cfg.keep_last)
+        elif self.world.is_main:
             path = checkpoint_files.save(self.rundir, state.step, self.model, self.optimizer, facts,
                                    rngs, self.cfg.keep_last, average)
+        if path is not None:
             self.log(f"saved checkpoint {path.name}")
         self.saved_at = time.perf_counter()

@@ -34,10 +34,14 @@ def device_facts(device: torch.device) -> Device:
                   c_compiler=c_compiler() is not None)
 
 
-def build_training_model(model: GPT, world: World, compiled: bool) -> torch.nn.Module:
+def build_training_model(model: GPT, world: World, compiled: bool,
+                         sharded: bool = False) -> torch.nn.Module:  # fmt: skip
     """The model the training iteration runs: compiled (--compile), then wrapped by DDP under
-    torchrun."""
+    torchrun, unless it is sharded (--shard: gpt/training/sharding.py), which reduces its
+    gradients itself."""
     training_model = torch.compile(model) if compiled else model
+    if sharded:
+        return training_model
     # Every buffer is a constant of the config and the tokenizer (rotary tables, the
     # spelling, the padding mask), equal on every rank from the start: DDP's default would
     # send rank 0's again before each forward, the spelling's 8 MB at GPT-2's vocabulary.

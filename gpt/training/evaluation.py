@@ -11,6 +11,7 @@ from gpt.config.configs import TrainConfig
 from gpt.distributed.world import World
 from gpt.models.model import GPT
 from gpt.training.batches import TokenData, eval_batches, eval_offsets
+from gpt.training.sharding import is_sharded
 
 
 class Evaluator:
@@ -32,8 +33,10 @@ class Evaluator:
         # Summed on the device (in float64, as a Python float would be): one wait at the end,
         # not one per batch.
         total = torch.zeros((), dtype=torch.float64, device=device)
-        with autocast():
-            table = model.embedding()  # once, not per batch: the weights do not change
+        table = None  # a sharded model's weights are whole only inside its forward
+        if not is_sharded(model):
+            with autocast():
+                table = model.embedding()  # once, not per batch: the weights do not change
         for x, y in eval_batches(self.data.val, mine, self.block_size, self.micro_batch, device):
             with autocast():
                 loss = model(x, y, embedding=table)[1]

@@ -2,7 +2,9 @@
 many (gpt/train_gpt.py runs it).
 
 Under torchrun every rank builds the same model from the same seed, trains its share of each
-iteration's windows, and DDP averages the gradients; rank 0 alone writes files. What a restart needs
+iteration's windows, and DDP averages the gradients (or, with --shard, FSDP2 shards the model
+over the ranks: gpt/training/sharding.py); rank 0 alone writes files (but a sharded checkpoint's
+shards, which each rank writes). What a restart needs
 beyond weights, optimizer and RNGs is a checkpoint's `CheckpointState`
 (gpt/training/checkpoint_files.py);
 what every unset flag becomes, new, fine-tuned or resumed, gpt/training/recipe.py decides
@@ -55,6 +57,7 @@ from gpt.training.memory_estimate import check_memory
 from gpt.training.metrics import TrainingProgress, duration, fraction_done, peak_flops
 from gpt.training.optimizer import build_optimizer, lr_at
 from gpt.training.recipe import Recipe, finish
+from gpt.training.sharding import full_weights, shard, whole
 from gpt.training.stopping import Stopped, StopRequest
 from gpt.training.trainer_status import StatusReporter
 
@@ -161,9 +164,17 @@ class Trainer:
         model = build_model(recipe, self.data, start)
         check_memory(model, cfg, world, self.micro_batch, self.log)
         self.model = model.to(self.device)
-        self.optimizer = build_optimizer(self.model, cfg, self.device)
         self.average = WeightAverage(self.model, cfg.ema_decay) if cfg.ema_decay else None
         """The weights that evaluation and the export use, when there is an average."""
+        self.recipe = recipe
+        self.sharded = cfg.shard and world.distributed
+        """Whether the model (and the average, a copy of it) are sharded over the ranks; one
+        process trains the plain model, but writes sharded checkpoints too."""
+        if self.sharded:  # before the optimizer, which then holds the shards
+            for module in (self.model, self.average.model if self.average else None):
+                if module is not None:
+                    shard(module)
+        self.optimizer = build_optimizer(self.model, cfg, self.device)
         self.divergence = Divergence(self.device)
         self.checkpointer = Checkpointer(cfg, world, self.data, self.model, self.optimizer,
                                          self.average, self.log)
@@ -174,9 +185,9 @@ class Trainer:
         """What the model was fine-tuned from, in one line ("" from scratch)."""
         self.resumed_from = latest.name if latest is not None else None
 
-        # What runs the training iteration: maybe compiled, then wrapped by DDP. self.model stays
-        # the plain module for evaluation, checkpoints and export.
-        self.training_model = build_training_model(self.model, world, cfg.compile)
+        # What runs the training iteration: maybe compiled, then wrapped by DDP (unless
+        # sharded). self.model stays the module for evaluation, checkpoints and export.
+        self.training_model = build_training_model(self.model, world, cfg.compile, self.sharded)
         self.bf16 = use_bf16(cfg.dtype)
         self.peak_flops = peak_flops(world, self.bf16)
         self.progress = TrainingProgress(cfg, self.tokens_per_iter,
@@ -219,8 +230,9 @@ class Trainer:
             last_val = self._between_iterations(loss, lr) or last_val
         if last_val is None:  # nothing left to train: a restart after the end re-exports
             last_val = self.evaluate()
+        exported = self._exported()
         if world.is_main:
-            self._export_and_report(last_val)
+            self._export_and_report(exported, last_val)
         if self.status:
             self.status.finish(last_val)
 
@@ -281,7 +293,8 @@ class Trainer:
         accum = cfg.grad_accum
         total = torch.zeros((), device=self.device)
         shared = None
-        if self.model.spelled and accum > 1:
+        # A sharded model's weights are whole only inside its forward: it builds the table there.
+        if self.model.spelled and accum > 1 and not self.sharded:
             with self._autocast():  # as it would be built inside the forward
                 shared = IterationEmbedding(self.model)
         for micro in range(accum):
@@ -289,7 +302,8 @@ class Trainer:
                                     self.device)
             # DDP all-reduces gradients during backward; only the last micro-batch needs that.
             last = micro == accum - 1
-            no_sync = self.training_model.no_sync() if world.distributed and not last else None
+            ddp = world.distributed and not self.sharded  # FSDP2 reduce-scatters every one
+            no_sync = self.training_model.no_sync() if ddp and not last else None
             with no_sync or contextlib.nullcontext():
                 with self._autocast():
                     table = shared.for_micro_batch(last) if shared else None
@@ -298,7 +312,8 @@ class Trainer:
                 loss = faults.loss_of(loss, st.step + 1, world.rank)
                 (loss / accum).backward()
             total += loss.detach()
-        norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.grad_clip or math.inf)
+        norm = whole(torch.nn.utils.clip_grad_norm_(self.model.parameters(),
+                                                    cfg.grad_clip or math.inf))
         # The norm is of the all-reduced gradients, so every rank sees a bad iteration together.
         self.optimizer.found_inf = self.divergence.record(st.step + 1, total / accum, norm)
         self.optimizer.step()
@@ -321,9 +336,21 @@ class Trainer:
         self.progress.restart(self.state.step)  # tokens/s counts training only
         return val
 
-    def _export_and_report(self, val: dict[str, float]) -> None:
+    def _exported(self) -> GPT | None:
+        """The model the export writes, on rank 0 (None on the others): the evaluated weights;
+        sharded, gathered whole (every rank takes part) into a plain copy on rank 0's CPU."""
+        if not self.sharded:
+            return self.eval_model if self.world.is_main else None
+        weights = full_weights(self.eval_model)
+        if not self.world.is_main:
+            return None
+        plain = build_model(self.recipe, self.data)  # seeds the RNGs: only after training
+        plain.load_state_dict(weights)
+        return plain
+
+    def _export_and_report(self, model: GPT, val: dict[str, float]) -> None:
         cfg, st, rundir = self.cfg, self.state, self.rundir
-        save_export(self.eval_model, self.data.tokenizer, rundir.model_dir,
+        save_export(model, self.data.tokenizer, rundir.model_dir,
                     finetuned_from=self.started_from)
         where = f"{self.world.size} process(es) on {self.device.type}"
         report.write(rundir, report.summary(cfg, st, val, self.model.describe(),

@@ -171,23 +171,31 @@ STOPPABLE = {"max_iters": 100, "eval_interval": 50, "ckpt_interval": 50, "log_in
 TWO_RANKS = ["--standalone", "--nproc_per_node=2"]
 
 
-def uninterrupted(tmp_path_factory: pytest.TempPathFactory, ranks: int) -> dict[str, torch.Tensor]:
-    """The weights of TINY_DDP trained STOPPABLE by `ranks` ranks (1 or 2) and never stopped:
-    what every test that stops such a run compares its end with, whether the ranks are
-    processes here, a pod's, or the test cluster's nodes (rank for rank the same training),
-    trained once per session: one rank in the asking worker's process, two by torchrun here."""
+def uninterrupted(tmp_path_factory: pytest.TempPathFactory, ranks: int,
+                  shard: bool = False) -> dict[str, torch.Tensor]:  # fmt: skip
+    """The weights of TINY_DDP trained STOPPABLE by `ranks` ranks (1 or 2), sharded (--shard) or
+    not, and never stopped: what every test that stops such a run compares its end with,
+    whether the ranks are processes here, a pod's, or the test cluster's nodes (rank for rank
+    the same training)."""
+    return model_weights(uninterrupted_run(tmp_path_factory, ranks, shard))
+
+
+def uninterrupted_run(tmp_path_factory: pytest.TempPathFactory, ranks: int,
+                      shard: bool = False) -> RunDir:  # fmt: skip
+    """The run `uninterrupted` exported, trained once per session: one rank in the asking
+    worker's process, two by torchrun here. Read it, never write it: other tests share it."""
 
     def run(folder: Path) -> None:
         write_data(folder, "whole")
-        flags = as_flags({**TINY_DDP, **STOPPABLE})
+        flags = as_flags({**TINY_DDP, **STOPPABLE}) + (["--shard", "true"] if shard else [])
         if ranks == 1:
             assert train(folder, "whole", *flags) == 0
             return
         done = train_cli(folder, "whole", *flags, torchrun=TWO_RANKS)
         assert done.returncode == 0, done.stderr[-2000:]
 
-    folder = made_once(tmp_path_factory, f"uninterrupted-{ranks}", run)
-    return model_weights(RunDir.of(folder, "whole"))
+    name = f"uninterrupted-{ranks}{'-sharded' if shard else ''}"
+    return RunDir.of(made_once(tmp_path_factory, name, run), "whole")
 
 
 def model_weights(rundir: RunDir) -> dict[str, torch.Tensor]:

@@ -42,18 +42,20 @@ from gpt.training.stopping import StopRequest
 FLAGS = as_flags({**TINY_DDP, **STOPPABLE})
 
 
-def _command(root: Path, run: str, nproc: int) -> list[str]:
+def _command(root: Path, run: str, nproc: int, shard: bool = False) -> list[str]:
     torchrun = None
     if nproc > 1:
         torchrun = [sys.executable, "-m", "gpt.distributed.torchrun", "--standalone",
                     "--nproc_per_node", str(nproc)]
-    return TRAIN_GPT.command(["--root", str(root), "--run", run, *FLAGS],
+    flags = [*FLAGS, "--shard", "true"] if shard else FLAGS
+    return TRAIN_GPT.command(["--root", str(root), "--run", run, *flags],
                              python=[sys.executable], torchrun=torchrun)
 
 
-def _signal_mid_run(root: Path, run: str, nproc: int, after_step: int) -> tuple[int, str]:
+def _signal_mid_run(root: Path, run: str, nproc: int, after_step: int,
+                    shard: bool = False) -> tuple[int, str]:  # fmt: skip
     """Start the run, SIGTERM it once its log shows step `after_step`; its status and log."""
-    proc = subprocess.Popen(_command(root, run, nproc), stdout=subprocess.PIPE,
+    proc = subprocess.Popen(_command(root, run, nproc, shard), stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, env={**os.environ, **ONE_THREAD})
     lines = []
     for line in proc.stdout:
@@ -77,18 +79,20 @@ def test_the_first_signal_is_noted_and_a_second_stops_at_once() -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("nproc", [1, 2])
+@pytest.mark.parametrize("nproc, shard", [(1, False), (2, False), (2, True)],
+                         ids=["one", "two", "two-sharded"])
 def test_sigterm_writes_a_checkpoint_and_the_rerun_resumes_bit_identical(
-    tmp_path: Path, tmp_path_factory: pytest.TempPathFactory, nproc: int
+    tmp_path: Path, tmp_path_factory: pytest.TempPathFactory, nproc: int, shard: bool
 ) -> None:
-    """At a random step, with one process and under torchrun (gpt.distributed.torchrun): the status
-    says stopped, LATEST is the step it stopped at (no step after the last logged one is lost), and
-    the same command then ends with the weights of an uninterrupted run."""
-    whole = uninterrupted(tmp_path_factory, nproc)
+    """At a random step, with one process and under torchrun (gpt.distributed.torchrun), DDP or
+    sharded (--shard: every rank writes its shards of the checkpoint): the status says stopped,
+    LATEST is the step it stopped at (no step after the last logged one is lost), and the same
+    command then ends with the weights of an uninterrupted run."""
+    whole = uninterrupted(tmp_path_factory, nproc, shard)
     write_data(tmp_path, "stopped")
     # Each CI run draws anew; the last draw leaves 50 steps for the signal to land in.
     after = random.Random().choice(range(10, 60, 10))
-    status, log = _signal_mid_run(tmp_path, "stopped", nproc, after)
+    status, log = _signal_mid_run(tmp_path, "stopped", nproc, after, shard)
     assert status == EXIT_STOPPED, log[-2000:]
     stopped = re.search(rf"stopped by SIGTERM at step (\d+) of {STOPPABLE['max_iters']}, "
                         "checkpoint written", log)  # fmt: skip
@@ -98,8 +102,12 @@ def test_sigterm_writes_a_checkpoint_and_the_rerun_resumes_bit_identical(
     rundir = RunDir.of(tmp_path, "stopped")
     assert rundir.latest.read_text().strip() == f"step-{step}"
     assert "Traceback" not in log
-    again = subprocess.run(_command(tmp_path, "stopped", nproc), capture_output=True, text=True,
-                           env={**os.environ, **ONE_THREAD}, timeout=300)
+    if shard:  # each rank wrote its own part
+        shards = rundir.ckpt_step(step) / "shards"
+        assert sorted(p.name for p in shards.iterdir()) == [".metadata", "__0_0.distcp",
+                                                             "__1_0.distcp"]  # fmt: skip
+    again = subprocess.run(_command(tmp_path, "stopped", nproc, shard), capture_output=True,
+                           text=True, env={**os.environ, **ONE_THREAD}, timeout=300)
     assert again.returncode == 0, again.stderr[-2000:]
     assert f"resumed from step-{step}: step {step}" in again.stdout
     assert_same_weights(model_weights(rundir), whole, f"stopped at {step}")
