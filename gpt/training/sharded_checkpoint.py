@@ -60,6 +60,10 @@ _METADATA_CLASSES = {
      ("torch.serialization", "_get_layout"), ("pathlib", "PosixPath")}  # fmt: skip
 
 
+class _Refused(pickle.UnpicklingError):
+    """A `.metadata` that holds more than DCP's metadata."""
+
+
 class _MetadataUnpickler(pickle.Unpickler):
     """Builds `_METADATA_CLASSES` and torch's dtypes, and refuses anything else by name."""
 
@@ -68,20 +72,24 @@ class _MetadataUnpickler(pickle.Unpickler):
             return super().find_class(module, name)
         if module == "torch" and isinstance(getattr(torch, name, None), torch.dtype):
             return getattr(torch, name)
-        raise pickle.UnpicklingError(f"it would call {module}.{name}")
+        raise _Refused(f"it would call {module}.{name}")
 
 
 class _Reader(FileSystemReader):
-    """DCP's filesystem reader, its metadata read by `_MetadataUnpickler`."""
+    """DCP's filesystem reader of folder `path`, its metadata read by `_MetadataUnpickler` when
+    it is made (before DCP, which would log a failure and raise another)."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        with open(path / ".metadata", "rb") as f:
+            self.metadata = _MetadataUnpickler(f).load()
+        if not isinstance(self.metadata, Metadata):
+            raise _Refused(f"not DCP's metadata: a {type(self.metadata).__name__}")
 
     def read_metadata(self, *args: Any, **kwargs: Any) -> Metadata:
-        with open(Path(self.path) / ".metadata", "rb") as f:
-            metadata = _MetadataUnpickler(f).load()
-        if not isinstance(metadata, Metadata):
-            raise pickle.UnpicklingError(f"not DCP's metadata but a {type(metadata).__name__}")
-        metadata.storage_meta = metadata.storage_meta or StorageMeta()
-        metadata.storage_meta.load_id = self.load_id
-        return metadata
+        self.metadata.storage_meta = self.metadata.storage_meta or StorageMeta()
+        self.metadata.storage_meta.load_id = self.load_id
+        return self.metadata
 
 
 def _dcp(call: Callable[[], Any]) -> Any:
@@ -143,12 +151,13 @@ def load(path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
         raise InputError(checkpoint_files.no_average(path))
     tensors, param_groups = _tensors(model, optimizer, average)
     try:
-        _dcp(lambda: dcp.load(tensors, storage_reader=_Reader(path / SHARDS),
-                                      no_dist=not dist.is_initialized()))
-    except pickle.UnpicklingError as e:
+        reader = _Reader(path / SHARDS)
+        _dcp(lambda: dcp.load(tensors, storage_reader=reader, no_dist=not dist.is_initialized()))
+    except _Refused as e:
         raise InputError(f"{path / SHARDS}: refused, it holds Python objects, not only tensors "
                          f"({first_line(e)})") from None
-    except (RuntimeError, OSError, EOFError, ValueError, KeyError, AssertionError) as e:
+    except (pickle.UnpicklingError, RuntimeError, OSError, EOFError, ValueError, KeyError,
+            AssertionError) as e:
         raise InputError(f"{path / SHARDS}: truncated or corrupt, or not of this model "
                          f"({first_line(e)})") from None
     set_state_dict(model, optimizer, model_state_dict=tensors["model"],

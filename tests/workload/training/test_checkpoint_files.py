@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import pathlib
+import pickle
 import signal
 import subprocess
 import sys
@@ -45,6 +46,42 @@ def test_a_pickle_payload_in_a_checkpoint_is_refused_and_nothing_runs(root: Path
     assert not marker.exists()
     assert run.train_jsonl.read_text() == before  # no step was trained
     assert run.latest.read_text().strip() == "step-4"
+
+
+def test_a_pickle_payload_in_a_sharded_checkpoint_is_refused_and_nothing_runs(
+    root: Path, capsys, tmp_path: Path
+) -> None:
+    """DCP pickles a sharded checkpoint's shards/.metadata (--shard); it is read by an unpickler
+    that builds DCP's metadata classes alone (gpt/training/sharded_checkpoint.py)."""
+    run = write_data(root, "r")
+    assert train(root, "r", "--max_iters", "4", "--shard", "true") == 0
+    ckpt = run.ckpt_step(4)
+    assert sorted(p.name for p in ckpt.iterdir()) == ["rng.json", "shards", "state.json"]
+    marker = tmp_path / "payload-ran"
+    (ckpt / "shards" / ".metadata").write_bytes(pickle.dumps(Payload(marker)))
+    before = run.train_jsonl.read_text()
+    capsys.readouterr()
+
+    assert train(root, "r", "--max_iters", "8", "--shard", "true") == 2
+    err = capsys.readouterr().err
+    assert "shards: refused, it holds Python objects" in err and "pathlib.Path.touch" in err
+    assert err.count("\n") == 1
+    assert not marker.exists()
+    assert run.train_jsonl.read_text() == before  # no step was trained
+
+
+def test_a_truncated_shard_or_missing_metadata_is_a_clear_error(root: Path, capsys) -> None:
+    run = write_data(root, "r")
+    assert train(root, "r", "--max_iters", "4", "--shard", "true") == 0
+    shard = run.ckpt_step(4) / "shards" / "__0_0.distcp"
+    shard.write_bytes(shard.read_bytes()[: shard.stat().st_size // 2])
+    capsys.readouterr()
+    assert train(root, "r", "--max_iters", "8", "--shard", "true") == 2
+    err = capsys.readouterr().err
+    assert "shards: truncated or corrupt" in err and err.count("\n") == 1
+    (run.ckpt_step(4) / "shards" / ".metadata").unlink()
+    assert train(root, "r", "--max_iters", "8", "--shard", "true") == 2
+    assert "names step-4, which lacks shards/.metadata" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("name", [checkpoint_files.MODEL, checkpoint_files.OPTIMIZER,
