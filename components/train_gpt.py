@@ -1,4 +1,5 @@
-"""KFP component `train-gpt`: train the GPT, PyTorch DDP across nodes and processes."""
+"""KFP component `train-gpt`: train the GPT, PyTorch DDP (or FSDP2: `shard`) across nodes and
+processes."""
 
 from kfp import dsl
 from kfp.dsl import HTML, Metrics, Output
