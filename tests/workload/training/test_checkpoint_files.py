@@ -107,10 +107,14 @@ def test_latest_naming_a_missing_checkpoint_is_a_clear_error(root: Path, capsys)
 
 
 @pytest.mark.slow
-def test_sigkill_during_a_checkpoint_write_keeps_latest_on_the_previous_one(root: Path) -> None:
+@pytest.mark.parametrize("shard", [False, True], ids=["whole", "sharded"])
+def test_sigkill_during_a_checkpoint_write_keeps_latest_on_the_previous_one(root: Path,
+                                                                            shard: bool) -> None:
+    """A whole checkpoint, or a sharded one (--shard: its shards by DCP, then state.json and
+    rng.json, in the same staging folder)."""
     run = write_data(root, "r")
     flags = ["--max_iters", "15", "--ckpt_interval", "5", "--keep_last", "5",
-             "--eval_interval", "5"]
+             "--eval_interval", "5", "--shard", str(shard).lower()]
     cmd = [sys.executable, "-m", "gpt", "train-gpt", "--root", str(root), "--run", "r", *TINY_FLAGS,
            *flags]
     env = {**os.environ, **ONE_THREAD, "GPT_FAULT": "stall-checkpoint@10"}
@@ -123,7 +127,8 @@ def test_sigkill_during_a_checkpoint_write_keeps_latest_on_the_previous_one(root
         else:
             pytest.fail("the trainer never reached the stall in checkpoint step-10")
         # the files of step-10 are written (to a staging directory) but not yet published
-        assert list(run.ckpt_dir.glob(".step-10.*.staging/model.safetensors"))
+        written = "shards/__0_0.distcp" if shard else "model.safetensors"
+        assert list(run.ckpt_dir.glob(f".step-10.*.staging/{written}"))
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=30)
     finally:
