@@ -3,6 +3,7 @@ files themselves: gpt/training/checkpoint_files.py)."""
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import time
 from collections.abc import Callable
@@ -19,6 +20,7 @@ from gpt.training import checkpoint_files, report, sharded_checkpoint
 from gpt.training.batches import TokenData
 from gpt.training.checkpoint_files import CheckpointState, TrainState
 from gpt.training.ema import WeightAverage
+from gpt.training.optimizer import build_optimizer
 from gpt.training.sharding import is_sharded
 
 
@@ -30,9 +32,12 @@ class Checkpointer:
 
     def __init__(self, cfg: TrainConfig, world: World, data: TokenData, model: GPT,
                  optimizer: torch.optim.Optimizer, average: WeightAverage | None,
-                 log: Callable[[str], None]) -> None:
+                 log: Callable[[str], None], plain: Callable[[], GPT] | None = None) -> None:
         self.cfg, self.world, self.rundir, self.data = cfg, world, cfg.rundir, data
         self.model, self.optimizer, self.average, self.log = model, optimizer, average, log
+        self.plain = plain
+        """Builds a plain copy of a sharded `model` (its initial weights), which a whole
+        checkpoint is read into before its tensors are sent in shards."""
         self.saved_at = time.perf_counter()
         """When the last checkpoint was written (or training started), by this rank's clock."""
 
@@ -51,12 +56,9 @@ class Checkpointer:
         average = self.average.model if self.average else None
         if checkpoint_files.is_sharded(latest):  # into any number of ranks, sharded or not
             sharded_checkpoint.load(latest, self.model, self.optimizer, average, saved)
-        elif is_sharded(self.model):
-            raise InputError(
-                f"--shard: {latest} holds whole weights (written without --shard), which a "
-                "sharded run does not read; resume it without --shard, or start over with "
-                "--resume never"
-            )
+        elif is_sharded(self.model):  # a whole checkpoint, read by rank 0 and sent in shards
+            whole = self._read_whole(latest) if world.is_main else None
+            sharded_checkpoint.load_whole(whole, self.model, self.optimizer, average)
         else:
             checkpoint_files.load_weights(latest, self.model, self.optimizer, world.device,
                                           average)
@@ -70,6 +72,16 @@ class Checkpointer:
             checkpoint_files.prune(rundir, cfg.keep_last)
             report.keep_until(rundir.train_jsonl, state.step)
         return state
+
+    def _read_whole(self, path: Path) -> tuple[GPT, torch.optim.Optimizer, GPT | None]:
+        """Whole checkpoint `path` loaded into a plain model, optimizer and average on the CPU
+        (`plain` builds the model), for a sharded run to take its shards from."""
+        cpu = torch.device("cpu")
+        model = self.plain()
+        average = copy.deepcopy(model) if self.average else None
+        optimizer = build_optimizer(model, self.cfg, cpu)
+        checkpoint_files.load_weights(path, model, optimizer, cpu, average)
+        return model, optimizer, average
 
     def _check_compatible(self, path: Path, saved: CheckpointState) -> None:
         def diff(before: dict, now: dict) -> list[str]:

@@ -1,6 +1,6 @@
 """Sharded checkpoints (--shard): the weights, AdamW's state and the weight average written by
 every rank at once with `torch.distributed.checkpoint` (DCP), and read back by any number of
-ranks, sharded or not.
+ranks, sharded or not; and a whole checkpoint read into a sharded model (`load_whole`).
 
 A sharded checkpoint is `ckpt/step-<N>/` with state.json and rng.json as every checkpoint
 (gpt/training/checkpoint_files.py), and instead of model.safetensors, optimizer.pt and
@@ -37,9 +37,11 @@ from torch.distributed.checkpoint import FileSystemReader, FileSystemWriter
 from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.metadata import Metadata, StorageMeta
 from torch.distributed.checkpoint.state_dict import (
+    StateDictOptions,
     get_model_state_dict,
     get_state_dict,
     set_model_state_dict,
+    set_optimizer_state_dict,
     set_state_dict,
 )
 
@@ -164,3 +166,29 @@ def load(path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
                    optim_state_dict={"state": tensors["optimizer"], "param_groups": param_groups})
     if average is not None:
         set_model_state_dict(average, tensors["average"])
+
+
+def load_whole(whole: tuple[torch.nn.Module, torch.optim.Optimizer, torch.nn.Module | None] | None,
+               model: torch.nn.Module, optimizer: torch.optim.Optimizer,
+               average: torch.nn.Module | None) -> None:  # fmt: skip
+    """Load a whole checkpoint (written without --shard) into the sharded `model`, `optimizer`
+    and `average`: `whole`, on rank 0 (None on the others), is the plain model, its optimizer and
+    average with the checkpoint loaded (checkpoint_files.load_weights, its checks and refusals
+    included); rank 0 sends each tensor to every rank, which keeps its shards. Every rank must
+    call it."""
+    options = StateDictOptions(full_state_dict=True, broadcast_from_rank0=True)
+    weights: dict[str, Any] = {}
+    optimizer_state: dict[str, Any] = {}
+    average_weights: dict[str, Any] = {}
+    if whole is not None:
+        plain, plain_optimizer, plain_average = whole
+        # Keyed by parameter name, as the sharded model's are, not by position as a plain
+        # optimizer's state_dict is.
+        weights, optimizer_state = get_state_dict(plain, plain_optimizer)
+        if plain_average is not None:
+            average_weights = get_model_state_dict(plain_average)
+    # One call each: set_state_dict takes the other ranks' empty model weights for none to load.
+    set_optimizer_state_dict(model, optimizer, optimizer_state, options=options)
+    set_model_state_dict(model, weights, options=options)
+    if average is not None:
+        set_model_state_dict(average, average_weights, options=options)

@@ -177,7 +177,7 @@ class Trainer:
         self.optimizer = build_optimizer(self.model, cfg, self.device)
         self.divergence = Divergence(self.device)
         self.checkpointer = Checkpointer(cfg, world, self.data, self.model, self.optimizer,
-                                         self.average, self.log)
+                                         self.average, self.log, self._plain_model)
         seed_everything(cfg.seed + world.rank)  # but draws its own dropout masks
         self.state = self.checkpointer.restore_or_start(latest, saved)
         """The progress; with the model, optimizer, average and RNGs, what a checkpoint saves."""
@@ -344,9 +344,14 @@ class Trainer:
         weights = full_weights(self.eval_model)
         if not self.world.is_main:
             return None
-        plain = build_model(self.recipe, self.data)  # seeds the RNGs: only after training
+        plain = self._plain_model()
         plain.load_state_dict(weights)
         return plain
+
+    def _plain_model(self) -> GPT:
+        """A plain (unsharded) model of the run's shape on the CPU, for whole weights. It seeds
+        the RNGs anew: built only before they are restored, or after training."""
+        return build_model(self.recipe, self.data)
 
     def _export_and_report(self, model: GPT, val: dict[str, float]) -> None:
         cfg, st, rundir = self.cfg, self.state, self.rundir

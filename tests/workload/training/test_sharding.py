@@ -1,6 +1,7 @@
 """--shard (gpt/training/sharding.py, gpt/training/sharded_checkpoint.py): two gloo ranks on CPU
-train as DDP's two ranks do, write sharded checkpoints, and those resume on one rank and on
-two. (The stop path of a sharded run: tests/workload/training/test_stopping.py.)
+train as DDP's two ranks do and write sharded checkpoints, which resume on one rank and on two;
+a whole checkpoint resumes on two sharded ranks. (The stop path of a sharded run:
+tests/workload/training/test_stopping.py; the refusals: test_checkpoint_files.py.)
 
 Every run here is TINY_DDP for STOPPABLE's 100 iterations (checkpoints at 50 and 100), the
 runs support.runs.uninterrupted_run trains once per session and the stop tests share.
@@ -22,9 +23,7 @@ from support.runs import (
     records,
     train,
     train_cli,
-    uninterrupted,
     uninterrupted_run,
-    write_data,
 )
 
 from gpt.rundir.layout import RunDir
@@ -81,11 +80,13 @@ def test_two_sharded_ranks_train_as_ddp_does_and_write_each_their_shards(
     assert sharded.latest.read_text().strip() == "step-100"
 
 
-def test_two_ranks_checkpoint_resumes_on_one_sharded_or_not(
+def test_two_ranks_checkpoint_resumes_on_one_and_back_on_two(
     tmp_path: Path, tmp_path_factory: pytest.TempPathFactory, capsys
 ) -> None:
     """2 -> 1: step-50 of the two sharded ranks, resumed by one process with --shard (which
-    writes sharded checkpoints on) and without (whole ones from then on)."""
+    writes sharded checkpoints on) and without (whole ones from then on). 1 -> 2: the one
+    process's sharded step-100, loaded by two sharded ranks, which (the run is finished) export
+    what they loaded: the one process's weights, bit for bit."""
     two = uninterrupted_run(tmp_path_factory, 2, shard=True)
     for run, shard, written in (("sharded", "true", "shards"), ("plain", "false",
                                                                  "model.safetensors")):
@@ -95,23 +96,29 @@ def test_two_ranks_checkpoint_resumes_on_one_sharded_or_not(
         assert_same_losses(records(one), records(two), ROUNDING)
         assert (one.ckpt_step(100) / written).exists()
 
+    one = RunDir.of(tmp_path, "sharded")
+    assert sorted(p.name for p in (one.ckpt_step(100) / "shards").iterdir()) == [
+        ".metadata", "__0_0.distcp"]  # fmt: skip
+    exported = model_weights(one)
+    shutil.rmtree(one.model_dir)
+    done = train_cli(tmp_path, "sharded", *FLAGS, "--shard", "true", torchrun=TWO_RANKS)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "2 process(es) on cpu" in done.stdout
+    assert "resumed from step-100: step 100" in done.stdout
+    assert_same_weights(model_weights(one), exported, "one process's, loaded by two ranks")
 
-def test_one_process_checkpoint_resumes_on_two_sharded_ranks(
+
+def test_a_whole_checkpoint_resumes_on_two_sharded_ranks(
     tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
-    """1 -> 2: one process with --shard trains the plain model (bit for bit the run without
-    it) and writes sharded checkpoints, whose step-50 two sharded ranks resume."""
-    write_data(tmp_path, "alone")
-    assert train(tmp_path, "alone", *FLAGS, "--shard", "true") == 0
-    alone = RunDir.of(tmp_path, "alone")
-    assert_same_weights(model_weights(alone), uninterrupted(tmp_path_factory, 1))
-    assert (alone.ckpt_step(50) / "shards" / "__0_0.distcp").is_file()
-
-    two = resumed_at_50(alone, tmp_path, "two")
+    """1 -> 2 from a whole checkpoint (one process without --shard): rank 0 reads its files and
+    sends every rank its shards of the weights and AdamW's state; training goes on as the one
+    process did."""
+    one = uninterrupted_run(tmp_path_factory, 1)
+    two = resumed_at_50(one, tmp_path, "two")
     done = train_cli(tmp_path, "two", *FLAGS, "--shard", "true", torchrun=TWO_RANKS)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "resumed from step-50: step 50" in done.stdout
-    assert "2 process(es) on cpu" in done.stdout
-    assert_same_losses(records(two), records(alone), ROUNDING)
+    assert_same_losses(records(two), records(one), ROUNDING)
     assert sorted(p.name for p in (two.ckpt_step(100) / "shards").iterdir()) == [
         ".metadata", "__0_0.distcp", "__1_0.distcp"]  # fmt: skip
