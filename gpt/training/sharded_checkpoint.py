@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import pickle
+import shutil
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -44,9 +45,10 @@ from torch.distributed.checkpoint.state_dict import (
     set_optimizer_state_dict,
     set_state_dict,
 )
+from torch.distributed.tensor import DTensor
 
 from gpt.distributed.world import World
-from gpt.errors import InputError, first_line
+from gpt.errors import DiskFull, InputError, first_line
 from gpt.rundir import atomic
 from gpt.rundir.layout import RunDir
 from gpt.training import checkpoint_files, faults
@@ -119,6 +121,18 @@ def _tensors(model: torch.nn.Module, optimizer: torch.optim.Optimizer,
     return tensors, optimizer_state["param_groups"]
 
 
+def _largest_bytes(tensors: dict[str, Any]) -> int:
+    """The bytes of the largest tensor (this rank's part of it) in nested dicts `tensors`."""
+    largest = 0
+    for value in tensors.values():
+        if isinstance(value, dict):
+            largest = max(largest, _largest_bytes(value))
+        elif isinstance(value, torch.Tensor):
+            local = value.to_local() if isinstance(value, DTensor) else value
+            largest = max(largest, local.numel() * local.element_size())
+    return largest
+
+
 def save(rundir: RunDir, world: World, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
          average: torch.nn.Module | None, state: CheckpointState, rngs: list[dict[str, Any]],
          keep_last: int) -> Path:
@@ -132,9 +146,16 @@ def save(rundir: RunDir, world: World, model: torch.nn.Module, optimizer: torch.
     with staging as stage:
         stage = Path(world.gather_json(str(stage))[0])  # rank 0's staging folder, to every rank
         with atomic.writing(dest / SHARDS, what):
-            # Returns on rank 0 once every rank's shards are written and their .metadata after.
-            _dcp(lambda: dcp.save(tensors, storage_writer=FileSystemWriter(stage / SHARDS),
-                                          no_dist=not world.distributed))
+            try:  # returns on rank 0 once every rank's shards are written, and .metadata after
+                _dcp(lambda: dcp.save(tensors, storage_writer=FileSystemWriter(stage / SHARDS),
+                                      no_dist=not world.distributed))
+            except RuntimeError as e:
+                # DCP writes each tensor with torch.save, whose writer reports a full volume as
+                # "unexpected pos" and drops the OSError (checkpoint_files.save works around it
+                # with a Python file, which DCP's writer does not give it): the volume tells.
+                if shutil.disk_usage(stage).free < _largest_bytes(tensors):
+                    raise DiskFull(dest / SHARDS, what) from e
+                raise
         if world.is_main:
             checkpoint_files.write_facts(stage, state, rngs)
             faults.checkpoint_staged(iteration)

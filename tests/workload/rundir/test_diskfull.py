@@ -118,21 +118,26 @@ def first_run(root: Path, *flags: str) -> RunDir:
 
 
 @pytest.mark.process
-@pytest.mark.parametrize("fits", ["nothing", "the weights"])
-def test_checkpoint_leaves_the_previous_one_and_latest(volume: Volume, fits: str,
+@pytest.mark.parametrize("fits, shard", [("nothing", False), ("the weights", False),
+                                         ("nothing", True)],
+                         ids=["nothing", "the weights", "nothing, sharded"])
+def test_checkpoint_leaves_the_previous_one_and_latest(volume: Volume, fits: str, shard: bool,
                                                       capsys) -> None:
+    """A whole checkpoint, or a sharded one (--shard: DCP's writer, whose failure is a
+    CheckpointException around the OSError)."""
     root = volume.path
-    rundir = first_run(root)
+    shard_flags = ("--shard", "true") if shard else ()
+    rundir = first_run(root, *shard_flags)
     before = files(rundir.path)
     # The lock, the metrics line of step 20 (its evaluation), and either nothing of checkpoint
     # step-20 or its weights but not its optimizer state (torch.save's own writer loses the
     # errno of a full volume: it must write through Python to be told apart).
-    weights = pages(rundir.ckpt_step(10) / "model.safetensors")
-    volume.fill(LOCK + 1 + (weights if fits == "the weights" else 0))
-    flags = ("--max_iters", "20", "--ckpt_interval", "10", *QUIET)
+    weights = 0 if fits == "nothing" else pages(rundir.ckpt_step(10) / "model.safetensors")
+    volume.fill(LOCK + 1 + weights)
+    flags = ("--max_iters", "20", "--ckpt_interval", "10", *QUIET, *shard_flags)
     out = train_cli(root, RUN, *flags)
-    assert error(out, "train-gpt") == (
-        f"no space left on {rundir.ckpt_step(20)} (writing checkpoint step 20)")
+    where = rundir.ckpt_step(20) / "shards" if shard else rundir.ckpt_step(20)
+    assert error(out, "train-gpt") == f"no space left on {where} (writing checkpoint step 20)"
     # step-10 and LATEST naming it, data, model, report: all as they were
     assert_intact(rundir.path, before, appended=str(RunDir.train_jsonl))
     assert_no_temporaries(root)
