@@ -27,7 +27,8 @@ from gpt.models.model import GPT
 
 
 def shard(model: GPT) -> None:
-    """Shard `model` in place over every rank: each block, then the root."""
+    """Shard `model` in place over every rank: each block, then the root, each unit moved to
+    this rank's device (a GPU's, where torchrun's rank set one) as it is sharded."""
     # The logits GPT.forward returns are a view (the real vocabulary's columns), which FSDP2
     # warns of on every rank, in case an in-place op on them skipped its backward hook; nothing
     # changes them in place (training reads the loss alone).

@@ -163,13 +163,15 @@ class Trainer:
         self.evaluator = Evaluator(self.data, cfg, world, self.micro_batch)
         model = build_model(recipe, self.data, start)
         check_memory(model, cfg, world, self.micro_batch, self.log)
-        self.model = model.to(self.device)
-        self.average = WeightAverage(self.model, cfg.ema_decay) if cfg.ema_decay else None
-        """The weights that evaluation and the export use, when there is an average."""
         self.recipe = recipe
         self.sharded = cfg.shard and world.distributed
         """Whether the model (and the average, a copy of it) are sharded over the ranks; one
         process trains the plain model, but writes sharded checkpoints too."""
+        # Sharded, FSDP2 moves it to the device a block at a time, each block's shard kept: no
+        # rank holds the whole model there.
+        self.model = model if self.sharded else model.to(self.device)
+        self.average = WeightAverage(self.model, cfg.ema_decay) if cfg.ema_decay else None
+        """The weights that evaluation and the export use, when there is an average."""
         if self.sharded:  # before the optimizer, which then holds the shards
             for module in (self.model, self.average.model if self.average else None):
                 if module is not None:
