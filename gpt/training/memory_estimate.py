@@ -36,6 +36,9 @@ of 16 and 64 sequences of 1,024: 12.5 and 38.8 GiB; ../shared/gpu-results/2026-1
 with (bench/memory_peaks.py)."""
 RECOMPUTE = 4 / 3
 """Activation checkpointing's time: each block's forward again in backward, a third more."""
+SHARDING = 1.1
+"""Sharding's time, roughly: every block's weights gathered twice an iteration (forward and
+backward) where DDP all-reduces the gradients once, mostly hidden behind the compute."""
 
 
 @dataclass(frozen=True)
@@ -48,20 +51,44 @@ class Plan:
     """Micro-batches per iteration (--grad_accum)."""
     activation_checkpointing: bool
     """Only each block's input kept for backward (--activation_checkpointing)."""
+    shards: int = 1
+    """Ranks the weights, gradients and AdamW's state are split over (--shard: FSDP2); 1, each
+    rank holds them whole (DDP, or one process)."""
+    average: bool = False
+    """A weight average is kept (--ema_decay): one more float32 copy of the weights."""
 
     @classmethod
-    def of(cls, cfg: TrainConfig, micro_batch: int) -> Plan:
-        return cls(micro_batch, cfg.grad_accum, cfg.activation_checkpointing)
+    def of(cls, cfg: TrainConfig, micro_batch: int, world: World) -> Plan:
+        shards = world.size if cfg.shard and world.distributed else 1
+        return cls(micro_batch, cfg.grad_accum, cfg.activation_checkpointing, shards,
+                   bool(cfg.ema_decay))
 
     def describe(self) -> str:
-        checkpointed = ", activation checkpointing" if self.activation_checkpointing else ""
-        return f"full training, micro-batch {self.micro_batch}{checkpointed}"
+        how = ["full training", f"micro-batch {self.micro_batch}"]
+        if self.activation_checkpointing:
+            how.append("activation checkpointing")
+        if self.shards > 1:
+            how.append(f"sharded over {self.shards} ranks")
+        return ", ".join(how)
+
+    def flags(self, before: Plan) -> str:
+        """The flags that change `before` into this plan."""
+        changed = []
+        if self.grad_accum != before.grad_accum:
+            changed.append(f"--grad_accum {self.grad_accum}")
+        if self.activation_checkpointing and not before.activation_checkpointing:
+            changed.append("--activation_checkpointing true")
+        if self.shards > before.shards:
+            changed.append("--shard true")
+        return " ".join(changed)
 
     def relative_time(self, block_size: int) -> float:
-        """About how long an iteration takes against the same run with neither checkpointing
-        nor micro-batches too small to keep a GPU busy: to rank the changes that would fit."""
+        """About how long an iteration takes against the same run unsharded, with neither
+        checkpointing nor micro-batches too small to keep a GPU busy: to rank the changes that
+        would fit."""
         short = max(1.0, BUSY_TOKENS / (self.micro_batch * block_size))
-        return short * (RECOMPUTE if self.activation_checkpointing else 1.0)
+        recompute = RECOMPUTE if self.activation_checkpointing else 1.0
+        return short * recompute * (SHARDING if self.shards > 1 else 1.0)
 
 
 @dataclass(frozen=True)
@@ -111,37 +138,51 @@ def estimate(model: GPT, plan: Plan, bf16: bool, chunked_loss: bool, cuda: bool)
         activations = c.n_layer * 4 * tokens * c.n_embd + block
     else:
         activations = c.n_layer * block
+    n = plan.shards
+    # Sharded (gpt/training/sharding.py), a rank holds its share of the state, and whole for a
+    # while: the root unit (embedding and head, ...) for the whole forward and backward, and
+    # two blocks' weights (one computing, the next one's gather overlapping it) and one
+    # block's gradients before they are reduce-scattered.
+    one_block = max((sum(p.numel() for p in b.parameters()) for b in model.transformer.h),
+                    default=0)  # fmt: skip
+    root = params - c.n_layer * one_block if n > 1 else 0
+    whole_weights = 4 * (root + 2 * one_block) if n > 1 else 0
+    whole_gradients = 4 * (root + one_block) if n > 1 else 0
     return Estimate(
-        weights=(4 + (2 if bf16 else 0)) * params,
-        gradients=4 * trained,
-        optimizer=8 * trained,
+        weights=(4 * params * (2 if plan.average else 1)) // n + whole_weights
+        + (2 * params if bf16 else 0),  # autocast's copies, kept for backward
+        gradients=4 * trained // n + whole_gradients,
+        optimizer=8 * trained // n,
         activations=activations,
         logits=0 if chunked_loss else 3 * 4 * tokens * c.vocab_size,
     )
 
 
-def alternatives(plan: Plan) -> Iterator[tuple[str, Plan]]:
+def alternatives(plan: Plan, ranks: int) -> Iterator[Plan]:
     """The changes that keep what is trained and how (the same iterations, to float32
-    rounding), each with its flags: smaller micro-batches (--grad_accum), checkpointing, both."""
-    checkpointing = [False, True] if not plan.activation_checkpointing else [True]
-    for checkpointed in checkpointing:
-        split = 1
-        while plan.micro_batch % split == 0:
-            changed = Plan(plan.micro_batch // split, plan.grad_accum * split, checkpointed)
-            flags = [f"--grad_accum {changed.grad_accum}"] if split > 1 else []
-            if checkpointed and not plan.activation_checkpointing:
-                flags.append("--activation_checkpointing true")
-            if flags:
-                yield " ".join(flags), changed
-            split *= 2
+    rounding): smaller micro-batches (--grad_accum), checkpointing, sharding over the `ranks`
+    (where there are several), and each combination."""
+    checkpointing = [plan.activation_checkpointing, True]
+    sharding = [plan.shards, ranks] if ranks > 1 else [plan.shards]
+    for checkpointed in sorted(set(checkpointing)):
+        for shards in sorted(set(sharding)):
+            split = 1
+            while plan.micro_batch % split == 0:
+                changed = dataclasses.replace(
+                    plan, micro_batch=plan.micro_batch // split,
+                    grad_accum=plan.grad_accum * split, activation_checkpointing=checkpointed,
+                    shards=shards)  # fmt: skip
+                if changed != plan:
+                    yield changed
+                split *= 2
 
 
-def cheapest_fit(model: GPT, plan: Plan, available: int, bf16: bool, chunked_loss: bool,
-                 cuda: bool) -> tuple[str, Estimate] | None:
-    """The quickest of `alternatives` whose estimate fits `available` bytes, with that
-    estimate; None where none does."""
-    fits = [(changed.relative_time(model.config.block_size), flags, need)
-            for flags, changed in alternatives(plan)
+def cheapest_fit(model: GPT, plan: Plan, ranks: int, available: int, bf16: bool,
+                 chunked_loss: bool, cuda: bool) -> tuple[str, Estimate] | None:
+    """The flags of the quickest of `alternatives` whose estimate fits `available` bytes, with
+    that estimate; None where none does."""
+    fits = [(changed.relative_time(model.config.block_size), changed.flags(plan), need)
+            for changed in alternatives(plan, ranks)
             if (need := estimate(model, changed, bf16, chunked_loss, cuda)).total <= available]
     return min(fits, key=lambda fit: fit[0])[1:] if fits else None
 
@@ -163,16 +204,16 @@ def check_memory(model: GPT, cfg: TrainConfig, world: World, micro_batch: int,
     """Say the estimate of training `model` as `cfg` says on this rank's device, then refuse a
     run it cannot fit with one line naming the cheapest change that would."""
     available, where = available_memory(world.device)
-    plan, bf16 = Plan.of(cfg, micro_batch), cfg.dtype == "bfloat16"
+    plan, bf16 = Plan.of(cfg, micro_batch, world), cfg.dtype == "bfloat16"
     cuda = world.device.type == "cuda"
     need = estimate(model, plan, bf16, cfg.chunked_loss, cuda)
     say(f"memory: {need.describe()} for {plan.describe()}; {where}")
     if not available or need.total <= available:
         return
-    fit = cheapest_fit(model, plan, available, bf16, cfg.chunked_loss, cuda)
+    fit = cheapest_fit(model, plan, world.size, available, bf16, cfg.chunked_loss, cuda)
+    tried = "--grad_accum, --activation_checkpointing" + (", --shard" if world.size > 1 else "")
     advice = (f"the cheapest change that fits: {fit[0]} ({fit[1].total / GiB:.1f} GiB)" if fit
-              else "no --grad_accum or --activation_checkpointing fits: take a smaller model "
-                   "or a device with more memory")  # fmt: skip
+              else f"no {tried} fits: take a smaller model or a device with more memory")
     raise InputError(
         f"{model.describe().split(':')[0]} need about {need.total / GiB:.1f} GiB per device "
         f"to train ({plan.describe()}: {need.parts()}) and {where}; {advice}"

@@ -58,6 +58,37 @@ def test_frozen_weights_cost_their_weights_alone():
                                                                                   8 * frozen)
 
 
+def test_sharded_a_rank_holds_its_share_and_a_few_units_whole():
+    """Over 8 ranks: an eighth of the weights, gradients and AdamW's moments, plus the root
+    unit whole (weights and gradients) and two blocks' weights and one block's gradients;
+    the activations are a rank's own either way; a weight average is one more copy."""
+    model = _meta_gpt(**MEDIUM)
+    params = sum(p.numel() for p in model.parameters())
+    block = sum(p.numel() for p in model.transformer.h[0].parameters())
+    root = params - 24 * block
+    whole = estimate(model, Plan(8, 1, False), bf16=False, chunked_loss=True, cuda=True)
+    sharded = estimate(model, Plan(8, 1, False, shards=8), bf16=False, chunked_loss=True,
+                       cuda=True)  # fmt: skip
+    assert sharded.weights == 4 * params // 8 + 4 * (root + 2 * block)
+    assert sharded.gradients == 4 * params // 8 + 4 * (root + block)
+    assert sharded.optimizer == 8 * params // 8
+    assert sharded.activations == whole.activations
+    state = sharded.weights + sharded.gradients + sharded.optimizer
+    assert state < (whole.weights + whole.gradients + whole.optimizer) / 4
+    averaged = estimate(model, Plan(8, 1, False, average=True), False, True, True)
+    assert averaged.weights == whole.weights + 4 * params
+
+
+def test_several_ranks_make_shard_an_option_and_its_flags_are_named():
+    model = _meta_gpt(**MEDIUM)
+    plan = Plan(1, 8, False)  # the state is most of it: only sharding cuts enough
+    sharded = estimate(model, Plan(1, 8, False, shards=4), True, True, True).total
+    assert cheapest_fit(model, plan, 4, sharded, True, True, True)[0] == "--shard true"
+    assert cheapest_fit(model, plan, 1, sharded, True, True, True) is None  # one rank
+    assert Plan(1, 32, True, shards=4).flags(plan) == (
+        "--grad_accum 32 --activation_checkpointing true --shard true")
+
+
 def test_the_cheapest_change_that_fits_is_named():
     """Smaller micro-batches keep a GPU busy down to BUSY_TOKENS a micro-batch, so they come
     first; below that, checkpointing (a third more compute) is quicker than splitting further."""
@@ -68,14 +99,14 @@ def test_the_cheapest_change_that_fits_is_named():
         return estimate(model, Plan(micro_batch, 16 // micro_batch, checkpointed), True, True,
                         True).total  # fmt: skip
 
-    assert cheapest_fit(model, plan, need(16, False), True, True, True)[0] == "--grad_accum 2"
-    assert cheapest_fit(model, plan, need(8, False), True, True, True)[0] == "--grad_accum 2"
-    assert cheapest_fit(model, plan, need(4, False), True, True, True)[0] == "--grad_accum 4"
+    assert cheapest_fit(model, plan, 1, need(16, False), True, True, True)[0] == "--grad_accum 2"
+    assert cheapest_fit(model, plan, 1, need(8, False), True, True, True)[0] == "--grad_accum 2"
+    assert cheapest_fit(model, plan, 1, need(4, False), True, True, True)[0] == "--grad_accum 4"
     # micro-batch 1 would fit too, at 4x the time of a busy one; checkpointing costs 4/3, and
     # fits at micro-batch 8 already
-    assert (cheapest_fit(model, plan, need(1, False) + 1, True, True, True)[0]
+    assert (cheapest_fit(model, plan, 1, need(1, False) + 1, True, True, True)[0]
             == "--grad_accum 2 --activation_checkpointing true")
-    assert cheapest_fit(model, plan, need(1, True) - 1, True, True, True) is None
+    assert cheapest_fit(model, plan, 1, need(1, True) - 1, True, True, True) is None
 
 
 def test_a_run_that_cannot_fit_is_refused_in_one_line_naming_the_fit(monkeypatch):
