@@ -211,7 +211,8 @@ def check_memory(model: GPT, cfg: TrainConfig, world: World, micro_batch: int,
     if not available or need.total <= available:
         return
     fit = cheapest_fit(model, plan, world.size, available, bf16, cfg.chunked_loss, cuda)
-    tried = "--grad_accum, --activation_checkpointing" + (", --shard" if world.size > 1 else "")
+    tried = ("--grad_accum, --activation_checkpointing or --shard" if world.size > 1
+             else "--grad_accum or --activation_checkpointing")
     advice = (f"the cheapest change that fits: {fit[0]} ({fit[1].total / GiB:.1f} GiB)" if fit
               else f"no {tried} fits: take a smaller model or a device with more memory")
     raise InputError(
