@@ -99,6 +99,10 @@ class SeedConfig:
 DEFAULT_SHAPE: dict[str, Any] = dict(n_layer=4, n_head=4, n_embd=128, bias=False,
                                      position="rope", activation="relu2")  # fmt: skip
 POSITIONS = ("rope", "learned")
+# The projections of each block LoRA may adapt (--lora_targets), by their names in
+# gpt/models/model.py, which are also GPT-2's.
+LORA_TARGETS = ("attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj")
+LORA_FLAGS = ("lora_rank", "lora_alpha", "lora_targets")  # what a LoRA run resumes with
 ACTIVATIONS = ("relu2", "gelu", "gelu_new")
 
 
@@ -261,7 +265,8 @@ class TrainConfig(InitFromConfig, SeedConfig, ModelConfig, RunConfig):
     sets none."""
     learning_rate: float | None = None
     """Peak learning rate, reached after warmup_iters (unset: 1e-3; with --init_from
-    finetune_lr of the model's width, 5e-4 at 128: gpt/training/recipe.py)."""
+    finetune_lr of the model's width, 5e-4 at 128; with --lora_rank the adapters' LORA_LR,
+    2e-4: gpt/training/recipe.py)."""
     min_lr: float | None = None
     """Learning rate at the end of the cosine decay (unset: 1e-4; with --init_from a tenth of
     the learning rate, MIN_LR_FRACTION)."""
@@ -321,6 +326,21 @@ class TrainConfig(InitFromConfig, SeedConfig, ModelConfig, RunConfig):
     its activations again there: about a third more compute for a fraction of the activations'
     memory (bench/activation_memory.py), the same loss and gradients. For a model or context
     whose activations do not fit the device."""
+    lora_rank: int = 0
+    """Train low-rank adapters (LoRA, through PEFT: gpt/models/lora.py) of this rank beside the
+    projections --lora_targets names, every weight of the pretrained model frozen: a fraction of
+    the parameters to train, so gradients and AdamW's moments for a fraction of the memory.
+    Needs --init_from. The export model/ has the adapters merged in; adapter/ holds them alone,
+    in PEFT's format. 0: off, the whole model trains."""
+    lora_alpha: float = 16.0
+    """LoRA's scale: an adapter adds lora_alpha / lora_rank times its low-rank product to its
+    projection. Fixed while the rank changes, as the LoRA paper advises, so another rank needs
+    no other learning rate."""
+    lora_targets: str = ",".join(LORA_TARGETS)
+    """The projections that get adapters, comma-separated, of attn.c_attn (queries, keys,
+    values), attn.c_proj (attention's output), mlp.c_fc and mlp.c_proj (the MLP's two). Every
+    one by default: adapting all of them is what matched full fine-tuning in QLoRA's
+    measurements, where attention's alone fell short."""
     fused_loss: bool = False
     """Compute each chunk's cross-entropy, its loss and its gradient, in one Triton kernel
     (gpt/models/fused_loss.py) instead of PyTorch's ops: CUDA only, and with the chunked loss
@@ -364,6 +384,7 @@ class TrainConfig(InitFromConfig, SeedConfig, ModelConfig, RunConfig):
                 raise ValueError(f"--{name} {getattr(self, name)}: must be >= 0")
         if self.export_uri:
             check_uri(self.export_uri, "--export_uri")
+        check_lora(self.lora_rank, self.lora_alpha, self.lora_targets, self.init_from)
         if self.fused_loss and self.chunked_loss is False:
             raise ValueError("--fused_loss true: computes the chunked loss; leave --chunked_loss "
                              "unset or true")
@@ -381,6 +402,28 @@ class TrainConfig(InitFromConfig, SeedConfig, ModelConfig, RunConfig):
         that may change again, and no saved flags carry it.)"""
         object.__setattr__(self, "_finished", True)
         return self
+
+
+def check_lora(rank: Any, alpha: float, targets: str, init_from: str) -> None:
+    """Refuse LoRA flags no run can take: a rank that is no integer >= 0, a scale that is not
+    positive, a target that is no projection of the model (or named twice), and adapters
+    without --init_from, whose frozen weights would be random ones (train the whole model
+    then)."""
+    if not isinstance(rank, int) or isinstance(rank, bool) or rank < 0:
+        raise ValueError(f"--lora_rank {rank!r}: must be an integer >= 0 (0: off)")
+    if not alpha > 0:
+        raise ValueError(f"--lora_alpha {alpha!r}: must be > 0")
+    names = targets.split(",")
+    for name in names:
+        if name not in LORA_TARGETS:
+            raise ValueError(f"--lora_targets {targets!r}: {name!r} is none of "
+                             f"{', '.join(LORA_TARGETS)} (comma-separated)")
+    if len(set(names)) < len(names):
+        raise ValueError(f"--lora_targets {targets!r}: names a projection twice")
+    if rank and not init_from:
+        raise ValueError(f"--lora_rank {rank}: adapts a pretrained model, whose weights it "
+                         "freezes; give --init_from (from random weights, train the whole "
+                         "model: leave --lora_rank 0)")
 
 
 def check_rates(learning_rate: float | None, min_lr: float | None) -> None:

@@ -11,9 +11,10 @@ run, its checkpoint's state (gpt/training/checkpoint_files.py's `CheckpointState
   rerun with a raised --max_iters, which now passes over the text more often, trains on with
   the dropout and weight average it began with, as an uninterrupted run would have);
 - what is decided afresh at every start, resumed or not: --learning_rate, --min_lr and
-  --warmup_iters (from scratch's, or the fine-tuning recipe's from the model's width), and from
-  the device --compile, --dtype auto and --chunked_loss; --device auto is recorded as the
-  device gpt/distributed/world.py picked (it sets up the process group on it).
+  --warmup_iters (from scratch's, or the fine-tuning recipe's from the model's width, or
+  LoRA's adapters' LORA_LR), and from the device --compile, --dtype auto and --chunked_loss;
+  --device auto is recorded as the device gpt/distributed/world.py picked (it sets up the
+  process group on it).
 
 The finished config is what every part of training reads (the optimizer's schedule, the model,
 compute, checkpoints' saved flags, the report's command line), so a run's config is known, and
@@ -70,6 +71,13 @@ EMA_MIN_ITERS = 600  # three averaging horizons, 3 / (1 - DEFAULT_EMA_DECAY)
 FINETUNE_LR = 5e-4
 FINETUNE_LR_WIDTH = 128
 FINETUNE_WARMUP_ITERS = 0
+# The LoRA recipe (--lora_rank): the fine-tuning recipe's schedule at the adapters' own peak,
+# whatever the model's width. Larger than full fine-tuning's: an adapter starts at zero (its B
+# matrix), so for its first iterations a step of it moves the model by much less than the same
+# step of every weight would, and only the adapters move at all. 2e-4 is the LoRA paper's
+# rate for GPT-2 medium and large (Hu et al. 2021, E2E, rank 4) and QLoRA's and PEFT's common
+# practice (1e-4 to 2e-4); not measured here.
+LORA_LR = 2e-4
 LEARNING_RATE = 1e-3  # from scratch
 MIN_LR = 1e-4
 MIN_LR_FRACTION = 0.1  # --init_from: where the decay ends, a fraction of the peak (as from scratch)
@@ -180,9 +188,11 @@ def _model(cfg: TrainConfig, vocab_size: int, train_tokens: int, saved: Started 
 
 def _schedule(cfg: TrainConfig, n_embd: int) -> dict[str, float | int]:
     """The learning rate's peak, end and warmup: from scratch's, or with --init_from the
-    fine-tuning recipe's, whose peak follows the model's width `n_embd`."""
+    fine-tuning recipe's, whose peak follows the model's width `n_embd` (LoRA's adapters: a
+    peak of their own, LORA_LR)."""
     if cfg.init_from:
-        lr = finetune_lr(n_embd) if cfg.learning_rate is None else cfg.learning_rate
+        lr = LORA_LR if cfg.lora_rank else finetune_lr(n_embd)
+        lr = lr if cfg.learning_rate is None else cfg.learning_rate
         min_lr = lr * MIN_LR_FRACTION if cfg.min_lr is None else cfg.min_lr
         warmup = FINETUNE_WARMUP_ITERS
     else:

@@ -274,6 +274,12 @@ def test_the_table_of_an_iteration_gets_every_micro_batch_gradient() -> None:
         (["--time_budget", "-1"], "--time_budget"),
         (["--block_size", "1000"], "--block_size 1000: val.bin holds only"),
         (["--resume", "maybe"], "--resume"),
+        (["--lora_rank", "4"], "--lora_rank 4: adapts a pretrained model, whose weights it "
+                               "freezes; give --init_from"),
+        (["--lora_rank", "-1"], "--lora_rank -1: must be an integer >= 0"),
+        (["--lora_alpha", "0"], "--lora_alpha 0.0: must be > 0"),
+        (["--lora_targets", "attn.c_attn,wte"], "'wte' is none of attn.c_attn, attn.c_proj"),
+        (["--lora_targets", "mlp.c_fc,mlp.c_fc"], "names a projection twice"),
     ],
 )
 def test_bad_hyper_parameters_are_one_line_errors(root: Path, capsys, flags, message) -> None:
