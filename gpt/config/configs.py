@@ -75,7 +75,8 @@ class InitFromConfig:
     gpt2-xl (the Hub's openai-community/gpt2*), hf://ORG/NAME[@REVISION], a local model folder
     (an earlier run's model/, any GPT-2 or GPT-NeoX folder this project's export could write),
     or an s3:// or gs:// prefix holding one. load-corpus then tokenizes with its tokenizer and
-    train-gpt takes its shape and weights (read once, at iteration 0; Hub downloads cached where
+    train-gpt takes its shape and weights (read at iteration 0, and again by a resumed
+    --lora_rank run, whose checkpoints hold only its adapters; Hub downloads cached where
     HF_HUB_CACHE or HF_HOME says, else in <root>/.cache/huggingface). A run with a checkpoint
     resumes only from the same one. Empty: from scratch."""
 

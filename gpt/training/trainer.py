@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import math
 import random
+import shutil
 import time
 from typing import Any
 
@@ -336,6 +337,8 @@ class Trainer:
         if self.lora_base is not None:
             lora.save_adapters(self.eval_model, self.model.config, rundir.adapter_dir,
                                self.lora_base.source, self.lora_base.revision)
+        else:  # an earlier attempt's, of a LoRA run started over without it, fits no model/ now
+            shutil.rmtree(rundir.adapter_dir, ignore_errors=True)
         where = f"{self.world.size} process(es) on {self.device.type}"
         report.write(rundir, report.summary(cfg, st, val, self.model.describe(),
                                             self.data.meta.describe(), where,
