@@ -369,6 +369,13 @@ def test_lora_checkpoints_hold_the_adapters_alone_and_resume_exactly(
     assert_same_weights(load_file(resumed.adapter_dir / name),
                         load_file(lora_run.adapter_dir / name), name)
 
+    # other adapters are another model; a resume without them too
+    for other in (["--lora_rank", "8"], ["--lora_rank", "0"]):
+        assert in_process("train-gpt", *flags, *other) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "trained with a different model" in err[0]
+        assert f"lora_rank 4 -> {other[1]}" in err[0]
+
     record = json.loads(resumed.init_from_json.read_text())
     resumed.init_from_json.write_text(json.dumps({**record, "weights_sha256": "0" * 64}))
     resumed.latest.write_text("step-2\n")

@@ -51,7 +51,7 @@ from gpt.training import trainer as trainer_module
 from gpt.training.batches import Batches, count_ids, eval_offsets
 from gpt.training.divergence import NonFiniteLoss
 from gpt.training.optimizer import lr_at
-from gpt.training.recipe import DROPOUT_REPEATED, FINETUNE_LR, finish
+from gpt.training.recipe import DROPOUT_REPEATED, FINETUNE_LR, LORA_LR, finish
 from gpt.training.trainer import Trainer
 
 
@@ -388,6 +388,16 @@ def test_with_init_from_the_unset_schedule_is_the_fine_tuning_recipe() -> None:
         finished(init_from="gpt2", width=768, min_lr=2e-4)
     scratch = finished()
     assert (scratch.learning_rate, scratch.min_lr) == (1e-3, 1e-4)
+
+
+def test_with_lora_the_unset_peak_is_the_adapters_whatever_the_width() -> None:
+    """--lora_rank: LORA_LR at any width (adapters start at zero), to a tenth of it, no warmup;
+    a given peak is kept."""
+    for width in (128, 1600):
+        lora = finished(init_from="gpt2", width=width, lora_rank=8)
+        assert (lora.learning_rate, lora.min_lr) == (LORA_LR, pytest.approx(LORA_LR / 10))
+        assert lora.warmup_iters == 0
+    assert finished(init_from="gpt2", lora_rank=8, learning_rate=1e-4).learning_rate == 1e-4
 
 
 def test_unset_dropout_is_on_only_where_the_run_sees_its_text_again(root: Path, capsys) -> None:
