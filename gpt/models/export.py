@@ -47,7 +47,7 @@ SPELLING = "transformer.wse.weight"  # a spelled embedding's n-gram vectors (tra
 def export_weights(model: GPT) -> dict[str, torch.Tensor]:
     """Our tensors of the export: the tied embedding once, without padding rows, a spelled
     one written out as the plain table it is, and LoRA's adapters merged into their weights."""
-    weights = lora.merged_weights(model) if lora.adapter_weights(model) else model.state_dict()
+    weights = lora.merged_weights(model) if lora.has_adapters(model) else model.state_dict()
     del weights[HEAD]
     weights.pop(SPELLING, None)
     weights[EMBEDDING] = model.embedding()[: model.config.vocab_size]

@@ -53,6 +53,11 @@ def is_adapter(name: str) -> bool:
     return any(kind in name for kind in _KINDS)
 
 
+def has_adapters(module: torch.nn.Module) -> bool:
+    """Whether `module` (a model, or its weight average) has LoRA's adapters."""
+    return any(is_adapter(name) for name, _ in module.named_parameters())
+
+
 def adapter_weights(module: torch.nn.Module) -> dict[str, torch.Tensor]:
     """The adapters' tensors of `module` by name; empty for a model without adapters."""
     return {name: t for name, t in module.state_dict().items() if is_adapter(name)}

@@ -170,15 +170,15 @@ def save(rundir: RunDir, iteration: int, model: torch.nn.Module, optimizer: torc
 def _write_weights(module: torch.nn.Module, path: Path) -> None:
     """What trains of `module`: a LoRA run's adapters alone (its frozen weights are
     --init_from's, read again on resume), else every weight."""
-    if adapters := lora.adapter_weights(module):
-        safetensors.torch.save_file(adapters, str(path))
+    if lora.has_adapters(module):
+        safetensors.torch.save_file(lora.adapter_weights(module), str(path))
     else:  # save_model, not save_file: the tied embedding and head share one tensor
         safetensors.torch.save_model(module, str(path))
 
 
 def _read_weights(module: torch.nn.Module, path: Path, device: torch.device) -> None:
     """Load what `_write_weights` wrote into `module`, strictly: RuntimeError or ValueError."""
-    if lora.adapter_weights(module):
+    if lora.has_adapters(module):
         lora.load_adapters(module, safetensors.torch.load_file(str(path), device=str(device)))
     else:
         safetensors.torch.load_model(module, str(path), strict=True, device=str(device))
