@@ -266,8 +266,8 @@ class TrainConfig(InitFromConfig, SeedConfig, ModelConfig, RunConfig):
     sets none."""
     learning_rate: float | None = None
     """Peak learning rate, reached after warmup_iters (unset: 1e-3; with --init_from
-    finetune_lr of the model's width, 5e-4 at 128; with --lora_rank the adapters' LORA_LR,
-    2e-4: gpt/training/recipe.py)."""
+    finetune_lr of the model's width, 5e-4 at 128; with --lora_rank the adapters' lora_lr,
+    5e-3 at 128: gpt/training/recipe.py)."""
     min_lr: float | None = None
     """Learning rate at the end of the cosine decay (unset: 1e-4; with --init_from a tenth of
     the learning rate, MIN_LR_FRACTION)."""

@@ -390,13 +390,14 @@ def test_with_init_from_the_unset_schedule_is_the_fine_tuning_recipe() -> None:
     assert (scratch.learning_rate, scratch.min_lr) == (1e-3, 1e-4)
 
 
-def test_with_lora_the_unset_peak_is_the_adapters_whatever_the_width() -> None:
-    """--lora_rank: LORA_LR at any width (adapters start at zero), to a tenth of it, no warmup;
-    a given peak is kept."""
-    for width in (128, 1600):
-        lora = finished(init_from="gpt2", width=width, lora_rank=8)
-        assert (lora.learning_rate, lora.min_lr) == (LORA_LR, pytest.approx(LORA_LR / 10))
-        assert lora.warmup_iters == 0
+def test_with_lora_the_unset_peak_is_the_adapters() -> None:
+    """--lora_rank: LORA_LR at the default model's width, 1 / width smaller for a wider one
+    (ten times full fine-tuning's), to a tenth of it, no warmup; a given peak is kept."""
+    lora = finished(init_from="gpt2", lora_rank=8)
+    assert (lora.learning_rate, lora.min_lr) == (LORA_LR, pytest.approx(LORA_LR / 10))
+    assert lora.warmup_iters == 0
+    assert finished(init_from="gpt2", width=1024, lora_rank=8).learning_rate == \
+        pytest.approx(6.25e-4)
     assert finished(init_from="gpt2", lora_rank=8, learning_rate=1e-4).learning_rate == 1e-4
 
 
