@@ -1,6 +1,6 @@
 """Fine-tuning GPT-2's sizes on one GPU: peak memory and tokens/s per size and mode (full
-training, activation checkpointing), against train-gpt's estimate
-(gpt/training/memory_estimate.py), in one call of the GPU session (bench/gpu_session.sh).
+training, activation checkpointing, LoRA adapters of rank 16 on every projection), against
+train-gpt's estimate (gpt/training/memory_estimate.py), in one call of the GPU session (bench/gpu_session.sh).
 
 Each case runs in a process of its own, so an out-of-memory case ends alone and each peak is
 its own: the model at GPT-2's real shape with random weights (no download), train-gpt's AdamW
@@ -25,7 +25,8 @@ from typing import Any
 from bench.activation_memory import CONTEXT, SIZES, VOCAB
 from bench.harness import RESULTS, Result
 
-MODES = ("full", "activation checkpointing")
+MODES = ("full", "activation checkpointing", "LoRA")
+LORA_RANK = 16
 MICRO_BATCH, WARMUP, ITERATIONS = 8, 3, 10
 CASE_LIMIT_S = 150  # a case that has not ended by then is stopped (its row says so)
 
@@ -34,7 +35,8 @@ def measure(size: str, mode: str) -> dict[str, Any]:
     """One case, in this process: peak memory, tokens/s and the estimate."""
     import torch
 
-    from gpt.config.configs import GPTConfig, TrainConfig
+    from gpt.config.configs import LORA_TARGETS, GPTConfig, TrainConfig
+    from gpt.models import lora
     from gpt.models.model import GPT
     from gpt.training.memory_estimate import Plan, estimate
     from gpt.training.optimizer import build_optimizer
@@ -47,6 +49,8 @@ def measure(size: str, mode: str) -> dict[str, Any]:
                               block_size=CONTEXT, vocab_size=VOCAB, dropout=0.0))  # fmt: skip
     model.chunked_loss = True
     model.activation_checkpointing = mode == "activation checkpointing"
+    if mode == "LoRA":  # the frozen weights are these random ones: the memory is the same
+        lora.add_adapters(model, LORA_RANK, 16.0, list(LORA_TARGETS))
     model.train()
     optimizer = build_optimizer(model, TrainConfig(), device)
     batches = torch.randint(0, VOCAB, (WARMUP + ITERATIONS, 2, MICRO_BATCH, CONTEXT),
@@ -68,8 +72,9 @@ def measure(size: str, mode: str) -> dict[str, Any]:
         iteration(x, y)
     torch.cuda.synchronize()
     seconds = time.perf_counter() - start
-    need = estimate(model, Plan(MICRO_BATCH, 1, model.activation_checkpointing), bf16=True,
-                    chunked_loss=True, cuda=True)  # fmt: skip
+    plan = Plan(MICRO_BATCH, 1, model.activation_checkpointing,
+                lora_rank=LORA_RANK if mode == "LoRA" else 0)
+    need = estimate(model, plan, bf16=True, chunked_loss=True, cuda=True)
     return {"peak_bytes": torch.cuda.max_memory_allocated(),
             "reserved_bytes": torch.cuda.max_memory_reserved(),
             "estimate_bytes": need.total, "estimate_parts": need.parts(),

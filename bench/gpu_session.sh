@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The GPU measurements in one call of at most 9 minutes (the device tool's timeout_s 600), in
 # order of what decides most, each benchmark's results written as it ends:
-#   0. finetune_memory (issue 60): peak memory and tokens/s of GPT-2's four sizes, full and
-#      checkpointed training, against train-gpt's memory estimate; a process per case, each row
-#      written as it ends. About 20 s a case, at most 240 s.
+#   0. finetune_memory (issue 60): peak memory and tokens/s of GPT-2's four sizes, full,
+#      checkpointed and LoRA training, against train-gpt's memory estimate; a process per case,
+#      each row written as it ends. About 20 s a case, at most 240 s.
 #   1. gpu_variants: the fused loss's kernel against F.cross_entropy on one chunk of GPT-2's
 #      logits, then each variant A/B against the default in one process at 64 x 1, 41
 #      iterations each: --fused_loss, and Inductor's max-autotune-no-cudagraphs (bench-only; its

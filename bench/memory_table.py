@@ -17,6 +17,8 @@ MODES = {  # column: the plan
     "full, micro-batch 1": Plan(1, 1, False),
     "full, micro-batch 8": Plan(8, 1, False),
     "checkpointed, micro-batch 8": Plan(8, 1, True),
+    "LoRA rank 16, micro-batch 8": Plan(8, 1, False, lora_rank=16),
+    "LoRA rank 16, checkpointed, micro-batch 8": Plan(8, 1, True, lora_rank=16),
     "sharded over 8 GPUs, micro-batch 8": Plan(8, 1, False, shards=8),
     "sharded over 8, checkpointed, micro-batch 8": Plan(8, 1, True, shards=8),
 }

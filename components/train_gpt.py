@@ -27,6 +27,7 @@ def train_gpt(
     batch_size: int = 12,
     activation_checkpointing: bool = False,
     shard: bool = False,
+    lora_rank: int = 0,
     max_iters: int = 600,
     time_budget: float = 0.0,
     learning_rate: float = -1,

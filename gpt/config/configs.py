@@ -75,7 +75,8 @@ class InitFromConfig:
     gpt2-xl (the Hub's openai-community/gpt2*), hf://ORG/NAME[@REVISION], a local model folder
     (an earlier run's model/, any GPT-2 or GPT-NeoX folder this project's export could write),
     or an s3:// or gs:// prefix holding one. load-corpus then tokenizes with its tokenizer and
-    train-gpt takes its shape and weights (read once, at iteration 0; Hub downloads cached where
+    train-gpt takes its shape and weights (read at iteration 0, and again by a resumed
+    --lora_rank run, whose checkpoints hold only its adapters; Hub downloads cached where
     HF_HUB_CACHE or HF_HOME says, else in <root>/.cache/huggingface). A run with a checkpoint
     resumes only from the same one. Empty: from scratch."""
 
@@ -99,6 +100,10 @@ class SeedConfig:
 DEFAULT_SHAPE: dict[str, Any] = dict(n_layer=4, n_head=4, n_embd=128, bias=False,
                                      position="rope", activation="relu2")  # fmt: skip
 POSITIONS = ("rope", "learned")
+# The projections of each block LoRA may adapt (--lora_targets), by their names in
+# gpt/models/model.py, which are also GPT-2's.
+LORA_TARGETS = ("attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj")
+LORA_FLAGS = ("lora_rank", "lora_alpha", "lora_targets")  # what a LoRA run resumes with
 ACTIVATIONS = ("relu2", "gelu", "gelu_new")
 
 
@@ -261,7 +266,8 @@ class TrainConfig(InitFromConfig, SeedConfig, ModelConfig, RunConfig):
     sets none."""
     learning_rate: float | None = None
     """Peak learning rate, reached after warmup_iters (unset: 1e-3; with --init_from
-    finetune_lr of the model's width, 5e-4 at 128: gpt/training/recipe.py)."""
+    finetune_lr of the model's width, 5e-4 at 128; with --lora_rank the adapters' lora_lr,
+    5e-3 at 128: gpt/training/recipe.py)."""
     min_lr: float | None = None
     """Learning rate at the end of the cosine decay (unset: 1e-4; with --init_from a tenth of
     the learning rate, MIN_LR_FRACTION)."""
@@ -327,6 +333,21 @@ class TrainConfig(InitFromConfig, SeedConfig, ModelConfig, RunConfig):
     about 16 / ranks bytes a parameter plus one block's weights gathered at a time, for a model
     that does not fit one device. Checkpoints are then written sharded
     (torch.distributed.checkpoint), every rank its part, and resume on any number of ranks."""
+    lora_rank: int = 0
+    """Train low-rank adapters (LoRA, through PEFT: gpt/models/lora.py) of this rank beside the
+    projections --lora_targets names, every weight of the pretrained model frozen: a fraction of
+    the parameters to train, so gradients and AdamW's moments for a fraction of the memory.
+    Needs --init_from. The export model/ has the adapters merged in; adapter/ holds them alone,
+    in PEFT's format. 0: off, the whole model trains."""
+    lora_alpha: float = 16.0
+    """LoRA's scale: an adapter adds lora_alpha / lora_rank times its low-rank product to its
+    projection. Fixed while the rank changes, as the LoRA paper advises, so another rank needs
+    no other learning rate."""
+    lora_targets: str = ",".join(LORA_TARGETS)
+    """The projections that get adapters, comma-separated, of attn.c_attn (queries, keys,
+    values), attn.c_proj (attention's output), mlp.c_fc and mlp.c_proj (the MLP's two). Every
+    one by default: adapting all of them is what matched full fine-tuning in QLoRA's
+    measurements, where attention's alone fell short."""
     fused_loss: bool = False
     """Compute each chunk's cross-entropy, its loss and its gradient, in one Triton kernel
     (gpt/models/fused_loss.py) instead of PyTorch's ops: CUDA only, and with the chunked loss
@@ -370,6 +391,12 @@ class TrainConfig(InitFromConfig, SeedConfig, ModelConfig, RunConfig):
                 raise ValueError(f"--{name} {getattr(self, name)}: must be >= 0")
         if self.export_uri:
             check_uri(self.export_uri, "--export_uri")
+        check_lora(self.lora_rank, self.lora_alpha, self.lora_targets, self.init_from)
+        if self.lora_rank and self.shard:
+            # A sharded checkpoint holds the model's whole state dict, where a LoRA one holds
+            # the adapters alone; the adapters' state is small enough for DDP anyway.
+            raise ValueError(f"--shard true with --lora_rank {self.lora_rank}: not both; "
+                             "adapters train under DDP (leave --shard false)")
         if self.fused_loss and self.chunked_loss is False:
             raise ValueError("--fused_loss true: computes the chunked loss; leave --chunked_loss "
                              "unset or true")
@@ -387,6 +414,28 @@ class TrainConfig(InitFromConfig, SeedConfig, ModelConfig, RunConfig):
         that may change again, and no saved flags carry it.)"""
         object.__setattr__(self, "_finished", True)
         return self
+
+
+def check_lora(rank: Any, alpha: float, targets: str, init_from: str) -> None:
+    """Refuse LoRA flags no run can take: a rank that is no integer >= 0, a scale that is not
+    positive, a target that is no projection of the model (or named twice), and adapters
+    without --init_from, whose frozen weights would be random ones (train the whole model
+    then)."""
+    if not isinstance(rank, int) or isinstance(rank, bool) or rank < 0:
+        raise ValueError(f"--lora_rank {rank!r}: must be an integer >= 0 (0: off)")
+    if not alpha > 0:
+        raise ValueError(f"--lora_alpha {alpha!r}: must be > 0")
+    names = targets.split(",")
+    for name in names:
+        if name not in LORA_TARGETS:
+            raise ValueError(f"--lora_targets {targets!r}: {name!r} is none of "
+                             f"{', '.join(LORA_TARGETS)} (comma-separated)")
+    if len(set(names)) < len(names):
+        raise ValueError(f"--lora_targets {targets!r}: names a projection twice")
+    if rank and not init_from:
+        raise ValueError(f"--lora_rank {rank}: adapts a pretrained model, whose weights it "
+                         "freezes; give --init_from (from random weights, train the whole "
+                         "model: leave --lora_rank 0)")
 
 
 def check_rates(learning_rate: float | None, min_lr: float | None) -> None:

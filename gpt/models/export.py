@@ -31,7 +31,7 @@ import torch
 import torch.nn.functional as F
 
 from gpt.errors import InputError, first_line
-from gpt.models import hf
+from gpt.models import hf, lora
 from gpt.models.model import GPT
 from gpt.rundir import atomic
 from gpt.tokenizer.huggingface import hf_tokenizer, tokenizer_from_hf
@@ -45,9 +45,9 @@ SPELLING = "transformer.wse.weight"  # a spelled embedding's n-gram vectors (tra
 
 
 def export_weights(model: GPT) -> dict[str, torch.Tensor]:
-    """Our tensors of the export: the tied embedding once, without padding rows, and a spelled
-    one written out as the plain table it is."""
-    weights = model.state_dict()
+    """Our tensors of the export: the tied embedding once, without padding rows, a spelled
+    one written out as the plain table it is, and LoRA's adapters merged into their weights."""
+    weights = lora.merged_weights(model) if lora.has_adapters(model) else model.state_dict()
     del weights[HEAD]
     weights.pop(SPELLING, None)
     weights[EMBEDDING] = model.embedding()[: model.config.vocab_size]

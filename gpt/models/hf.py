@@ -204,6 +204,28 @@ def from_hf(config: GPTConfig, tensors: dict[str, torch.Tensor]) -> dict[str, to
     return out
 
 
+def lora_targets(config: GPTConfig, targets: list[str]) -> list[str]:
+    """The architecture's names of the projections our `targets` (LORA_TARGETS' names) are, as
+    PEFT's `target_modules` takes them (a module's name or its last parts)."""
+    layer = _layer_names(config)
+    return [layer[target].split("{i}.")[1] for target in targets]
+
+
+def lora_to_hf(config: GPTConfig, adapters: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """LoRA adapters' tensors (`<our module>.lora_A.weight`, `.lora_B.weight`) under the
+    architecture's module names. A is (rank, in) and B (out, rank) in both: GPT-2's Conv1D
+    takes them as they are (PEFT's fan_in_fan_out transposes their product); for GPT-NeoX the
+    B of c_attn is regrouped per head, as `to_hf` regroups the rows of the weight it adds to."""
+    theirs = dict(_module_names(config))
+    out = {}
+    for name, t in adapters.items():
+        module, kind, _ = name.rsplit(".", 2)
+        if kind == "lora_B" and config.position == "rope" and module.endswith("attn.c_attn"):
+            t = _per_head(t, config.n_head)
+        out[f"{theirs[module]}.{kind}.weight"] = t.contiguous()
+    return out
+
+
 def normalised(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """transformers' tensors as `from_hf` reads them, however they were saved: a GPT-2 base
     model's names (no `transformer.` prefix) prefixed, and the attention-mask buffers some

@@ -331,6 +331,14 @@ class GPT(nn.Module):
         spelling = self.transformer.wse.weight.numel() if self.spelled else 0  # folds into wte
         return sum(p.numel() for p in self.parameters()) - padding - spelling
 
+    def num_trained_params(self) -> int:
+        """Parameters the optimizer updates: `num_params`, or where some are frozen (LoRA's
+        adapters added, gpt/models/lora.py: the pretrained weights) the rest alone."""
+        trained = [p for p in self.parameters() if p.requires_grad]
+        if len(trained) == len(list(self.parameters())):
+            return self.num_params()
+        return sum(p.numel() for p in trained)
+
     def describe(self) -> str:
         """The model in one line, for logs and reports (the one place it is spelled out)."""
         c = self.config
@@ -343,9 +351,11 @@ class GPT(nn.Module):
                        f"1-{c.spelling}-grams")
             if alone:
                 spelled += f" ({alone:,} rare tokens spelled alone)"
+        trained = self.num_trained_params()
+        frozen = f", {trained:,} of them trained" if trained != self.num_params() else ""
         return (f"{self.num_params() / 1e6:.2f}M parameters: {c.n_layer} layers x {c.n_head} heads "
                 f"x {c.n_embd} wide, context {c.block_size}, vocab {c.vocab_size}{padding}"
-                f"{spelled}, dropout {c.dropout:g}")
+                f"{spelled}, dropout {c.dropout:g}{frozen}")
 
     def flops_per_token(self) -> float:
         """Training FLOPs per token (forward + backward), as in the PaLM paper's appendix B: of

@@ -92,6 +92,8 @@ class RunDir:
     # model/: the exported model the prompt stage loads
     model_dir = RunFile("model")
     model_config = RunFile("model/config.json")  # the export's architecture and shape
+    # adapter/: a LoRA run's adapters alone, in PEFT's format, for the model it started from
+    adapter_dir = RunFile("adapter")
     # metrics/: what a person reads about training
     metrics_dir = RunFile("metrics")
     train_jsonl = RunFile("metrics/train.jsonl")

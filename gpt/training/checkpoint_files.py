@@ -4,8 +4,10 @@ A checkpoint is written whole under a temporary name and renamed into place, and
 LATEST rewritten (atomically): a process killed at any moment leaves LATEST on a complete
 checkpoint, and a half-written one is never picked up. Each holds
 
-  model.safetensors  the weights (safetensors: tensors only, no code can hide in it)
-  optimizer.pt       AdamW's state_dict, loaded with weights_only=True (tensors and numbers only)
+  model.safetensors  the weights (safetensors: tensors only, no code can hide in it); a LoRA
+                     run's adapters alone (--lora_rank: the rest is --init_from's, frozen)
+  optimizer.pt       AdamW's state_dict, loaded with weights_only=True (tensors and numbers only):
+                     of what trains, so a LoRA run's adapters' alone
   state.json         `CheckpointState`: the progress (the iteration, which is also the data
                      position; elapsed time), the model and weight average as built, the flags,
                      and the identity of the data it was trained on
@@ -36,6 +38,7 @@ import torch
 
 from gpt.config.configs import GPTConfig
 from gpt.errors import InputError, first_line
+from gpt.models import lora
 from gpt.rundir import atomic
 from gpt.rundir.layout import RunDir
 from gpt.training import faults
@@ -154,10 +157,9 @@ def save(rundir: RunDir, iteration: int, model: torch.nn.Module, optimizer: torc
     dest = rundir.ckpt_step(iteration)
     what = f"checkpoint step {iteration}"
     with atomic.staged_dir(dest, what=what) as stage:
-        # save_model, not save_file: the tied embedding and head share one tensor.
-        safetensors.torch.save_model(model, str(stage / MODEL))
+        _write_weights(model, stage / MODEL)
         if average is not None:
-            safetensors.torch.save_model(average, str(stage / AVERAGE))
+            _write_weights(average, stage / AVERAGE)
         # Into a Python file, not to a path: torch's own file writer reports a full volume as
         # "unexpected pos" and nothing more; Python's write raises the OSError it is.
         with open(stage / OPTIMIZER, "wb") as f:
@@ -180,6 +182,22 @@ def publish(rundir: RunDir, dest: Path, keep_last: int) -> None:
     `keep_last`."""
     atomic.write_text(rundir.latest, dest.name + "\n", what=f"the pointer to {dest.name}")
     prune(rundir, keep_last)
+
+def _write_weights(module: torch.nn.Module, path: Path) -> None:
+    """What trains of `module`: a LoRA run's adapters alone (its frozen weights are
+    --init_from's, read again on resume), else every weight."""
+    if lora.has_adapters(module):
+        safetensors.torch.save_file(lora.adapter_weights(module), str(path))
+    else:  # save_model, not save_file: the tied embedding and head share one tensor
+        safetensors.torch.save_model(module, str(path))
+
+
+def _read_weights(module: torch.nn.Module, path: Path, device: torch.device) -> None:
+    """Load what `_write_weights` wrote into `module`, strictly: RuntimeError or ValueError."""
+    if lora.has_adapters(module):
+        lora.load_adapters(module, safetensors.torch.load_file(str(path), device=str(device)))
+    else:
+        safetensors.torch.load_model(module, str(path), strict=True, device=str(device))
 
 
 def _step_dirs(rundir: RunDir) -> list[tuple[int, Path]]:
@@ -266,9 +284,8 @@ def load_weights(path: Path, model: torch.nn.Module, optimizer: torch.optim.Opti
         if module is None:
             continue
         try:
-            safetensors.torch.load_model(module, str(path / name), strict=True,
-                                         device=str(device))
-        except (safetensors.SafetensorError, RuntimeError, OSError) as e:
+            _read_weights(module, path / name, device)
+        except (safetensors.SafetensorError, RuntimeError, OSError, ValueError) as e:
             raise InputError(f"{path / name}: truncated or corrupt checkpoint file "
                              f"({first_line(e)})") from None
     try:

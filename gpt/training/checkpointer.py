@@ -11,7 +11,7 @@ from pathlib import Path
 
 import torch
 
-from gpt.config.configs import TrainConfig
+from gpt.config.configs import LORA_FLAGS, TrainConfig
 from gpt.distributed.world import World
 from gpt.errors import InputError
 from gpt.fetch.model_source import parse as parse_init_from
@@ -22,6 +22,15 @@ from gpt.training.checkpoint_files import CheckpointState, TrainState
 from gpt.training.ema import WeightAverage
 from gpt.training.optimizer import build_optimizer
 from gpt.training.sharding import is_sharded
+
+
+def _adapters(flags: dict) -> dict:
+    """The LoRA flags of a run's `flags` (a checkpoint's saved ones, or a resumed run's), which
+    shape its adapters: part of the model, as a checkpoint holds the adapters alone or none
+    (without adapters the other two shape nothing: their defaults)."""
+    defaults = {k: getattr(TrainConfig, k) for k in LORA_FLAGS}
+    given = {k: flags.get(k, defaults[k]) for k in LORA_FLAGS}
+    return given if given["lora_rank"] else defaults
 
 
 class Checkpointer:
@@ -90,8 +99,9 @@ class Checkpointer:
         hint = "use a new --run, or --resume never to start over"
         for what, before, now in (
             ("on different data", saved.data, self.data.meta.identity()),
-            ("with a different model", dataclasses.asdict(saved.model),
-             dataclasses.asdict(self.model.config)),
+            ("with a different model",
+             {**dataclasses.asdict(saved.model), **_adapters(saved.config)},
+             {**dataclasses.asdict(self.model.config), **_adapters(dataclasses.asdict(self.cfg))}),
         ):
             if changed := diff(before, now):
                 raise InputError(f"{path}: trained {what} ({'; '.join(changed)}); {hint}")

@@ -25,8 +25,10 @@ class WeightAverage:
             raise ValueError(f"decay {decay!r}: must be in (0, 1)")
         self.decay = decay
         # A copy of the module (a tied embedding stays tied, buffers come along), so it
-        # evaluates, checkpoints and exports as the model itself does.
-        self.model = copy.deepcopy(model).requires_grad_(False).eval()
+        # evaluates, checkpoints and exports as the model itself does. Frozen weights (LoRA's
+        # pretrained ones) never change: the copy shares them, and averages the adapters alone.
+        frozen = {id(p): p for p in model.parameters() if not p.requires_grad}
+        self.model = copy.deepcopy(model, memo=frozen).requires_grad_(False).eval()
 
     def decay_at(self, iteration: int) -> float:
         """The decay of the update after iteration `iteration` (1 for the first)."""
@@ -37,4 +39,5 @@ class WeightAverage:
         """Move the average towards `model`'s weights after iteration `iteration`."""
         weight = 1.0 - self.decay_at(iteration)
         for avg, p in zip(self.model.parameters(), model.parameters(), strict=True):
-            avg.lerp_(p, weight)
+            if p.requires_grad:
+                avg.lerp_(p, weight)

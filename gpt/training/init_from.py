@@ -5,7 +5,9 @@ from to metrics/init_from.json (a resumed run reads it back) and says it in one 
 report and the export.
 
 Only a run that starts at iteration 0 builds a `Start`: a resumed one restores its checkpoint and
-never opens --init_from again (gpt/training/trainer.py).
+never opens --init_from again (gpt/training/trainer.py), but for a LoRA run (--lora_rank), whose
+checkpoints hold the adapters alone: it reads its frozen weights again, and they must be the ones
+it started from (`check_same_weights`).
 """
 
 from __future__ import annotations
@@ -69,6 +71,21 @@ class Start:
             f"{model.config.n_embd} wide, context {model.config.block_size}, vocab "
             f"{model.config.vocab_size:,}; weights sha256 {model.weights_sha256[:16]}...")
         return cls(fetched, model, rows)
+
+    def check_same_weights(self, rundir: RunDir) -> None:
+        """A resumed LoRA run's frozen weights are read again: refuse weights other than those
+        it started from (metrics/init_from.json's sha256), which its adapters were trained
+        on."""
+        try:
+            before = json.loads(rundir.init_from_json.read_text()).get("weights_sha256")
+        except (OSError, ValueError, AttributeError):
+            before = None  # no record to hold them to: a checkpoint from before the record
+        if before is not None and before != self.model.weights_sha256:
+            raise InputError(f"--init_from {self.fetched.source}: its weights (sha256 "
+                             f"{self.model.weights_sha256[:16]}...) are not those the run's "
+                             f"adapters were trained on ({rundir.init_from_json}: "
+                             f"{str(before)[:16]}...); give those, or start over with "
+                             "--resume never")
 
     def record(self) -> dict[str, Any]:
         return {"init_from": self.fetched.source, "revision": self.fetched.revision,

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import torch
 
-from gpt.config.configs import TrainConfig
+from gpt.config.configs import LORA_TARGETS, TrainConfig
 from gpt.distributed.world import World
 from gpt.errors import InputError
 from gpt.memory import memory_limit, usable_memory
@@ -36,6 +36,9 @@ of 16 and 64 sequences of 1,024: 12.5 and 38.8 GiB; ../shared/gpu-results/2026-1
 with (bench/memory_peaks.py)."""
 RECOMPUTE = 4 / 3
 """Activation checkpointing's time: each block's forward again in backward, a third more."""
+LORA_RANK = 16
+"""The adapters' rank a refusal suggests where only LoRA fits: a common choice (the LoRA and
+QLoRA papers' 8-64), a fraction of a percent of GPT-2's parameters."""
 SHARDING = 1.1
 """Sharding's time, roughly: every block's weights gathered twice an iteration (forward and
 backward) where DDP all-reduces the gradients once, mostly hidden behind the compute."""
@@ -56,15 +59,18 @@ class Plan:
     rank holds them whole (DDP, or one process)."""
     average: bool = False
     """A weight average is kept (--ema_decay): one more float32 copy of the weights."""
+    lora_rank: int = 0
+    """Adapters of this rank train, the rest frozen (--lora_rank); 0: every weight trains."""
 
     @classmethod
     def of(cls, cfg: TrainConfig, micro_batch: int, world: World) -> Plan:
         shards = world.size if cfg.shard and world.distributed else 1
         return cls(micro_batch, cfg.grad_accum, cfg.activation_checkpointing, shards,
-                   bool(cfg.ema_decay))
+                   bool(cfg.ema_decay), cfg.lora_rank)
 
     def describe(self) -> str:
-        how = ["full training", f"micro-batch {self.micro_batch}"]
+        how = [f"LoRA rank {self.lora_rank}" if self.lora_rank else "full training",
+               f"micro-batch {self.micro_batch}"]
         if self.activation_checkpointing:
             how.append("activation checkpointing")
         if self.shards > 1:
@@ -78,8 +84,10 @@ class Plan:
             changed.append(f"--grad_accum {self.grad_accum}")
         if self.activation_checkpointing and not before.activation_checkpointing:
             changed.append("--activation_checkpointing true")
-        if self.shards > before.shards:
-            changed.append("--shard true")
+        if self.shards != before.shards:
+            changed.append(f"--shard {str(self.shards > before.shards).lower()}")
+        if self.lora_rank != before.lora_rank:
+            changed.append(f"--lora_rank {self.lora_rank}")
         return " ".join(changed)
 
     def relative_time(self, block_size: int) -> float:
@@ -129,8 +137,7 @@ def estimate(model: GPT, plan: Plan, bf16: bool, chunked_loss: bool, cuda: bool)
     copies of sequences x context x vocabulary (the logits, the log-softmax cross-entropy keeps,
     and in backward the gradient of the logits), as measured on a CPU."""
     c = model.config
-    params = sum(p.numel() for p in model.parameters())  # the padding rows too: they are held
-    trained = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    params, trained = _parameters(model, plan.lora_rank)
     tokens = plan.micro_batch * c.block_size
     attention = 0 if cuda else 10 * c.n_head * c.block_size
     block = tokens * (ACTIVATION_BYTES[bf16] * c.n_embd + attention)  # one layer's, for backward
@@ -158,6 +165,20 @@ def estimate(model: GPT, plan: Plan, bf16: bool, chunked_loss: bool, cuda: bool)
     )
 
 
+def _parameters(model: GPT, lora_rank: int) -> tuple[int, int]:
+    """The parameters `model` holds (the padding rows too: they are held) and those it trains;
+    with `lora_rank` but no adapters yet, as it would with adapters of that rank on every
+    projection LoRA may target (r x (inputs + outputs) each)."""
+    params = sum(p.numel() for p in model.parameters())
+    trained = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    if lora_rank and trained == params:  # a plan for adapters the model does not have
+        trained = sum(lora_rank * (m.in_features + m.out_features)
+                      for name, m in model.named_modules()
+                      if isinstance(m, torch.nn.Linear) and name.endswith(LORA_TARGETS))
+        params += trained
+    return params, trained
+
+
 def alternatives(plan: Plan, ranks: int) -> Iterator[Plan]:
     """The changes that keep what is trained and how (the same iterations, to float32
     rounding): smaller micro-batches (--grad_accum), checkpointing, sharding over the `ranks`
@@ -178,13 +199,22 @@ def alternatives(plan: Plan, ranks: int) -> Iterator[Plan]:
 
 
 def cheapest_fit(model: GPT, plan: Plan, ranks: int, available: int, bf16: bool,
-                 chunked_loss: bool, cuda: bool) -> tuple[str, Estimate] | None:
+                 chunked_loss: bool, cuda: bool, lora: bool = False) -> tuple[str, Estimate] | None:
     """The flags of the quickest of `alternatives` whose estimate fits `available` bytes, with
-    that estimate; None where none does."""
-    fits = [(changed.relative_time(model.config.block_size), changed.flags(plan), need)
-            for changed in alternatives(plan, ranks)
-            if (need := estimate(model, changed, bf16, chunked_loss, cuda)).total <= available]
-    return min(fits, key=lambda fit: fit[0])[1:] if fits else None
+    that estimate; where none does and `lora` (a fine-tuning run of the whole model), the
+    quickest with adapters of rank `LORA_RANK` (another training, so only then); None where
+    nothing fits."""
+    def quickest(plans: Iterator[Plan]) -> tuple[str, Estimate] | None:
+        fits = [(changed.relative_time(model.config.block_size), changed.flags(plan), need)
+                for changed in plans
+                if (need := estimate(model, changed, bf16, chunked_loss, cuda)).total <= available]
+        return min(fits, key=lambda fit: fit[0])[1:] if fits else None
+
+    fit = quickest(alternatives(plan, ranks))
+    if fit is None and lora:
+        adapted = dataclasses.replace(plan, lora_rank=LORA_RANK, shards=1)
+        fit = quickest(iter([adapted, *alternatives(adapted, 1)]))
+    return fit
 
 
 def available_memory(device: torch.device) -> tuple[int, str]:
@@ -210,9 +240,11 @@ def check_memory(model: GPT, cfg: TrainConfig, world: World, micro_batch: int,
     say(f"memory: {need.describe()} for {plan.describe()}; {where}")
     if not available or need.total <= available:
         return
-    fit = cheapest_fit(model, plan, world.size, available, bf16, cfg.chunked_loss, cuda)
-    tried = ("--grad_accum, --activation_checkpointing or --shard" if world.size > 1
-             else "--grad_accum or --activation_checkpointing")
+    lora = bool(cfg.init_from) and not plan.lora_rank
+    fit = cheapest_fit(model, plan, world.size, available, bf16, cfg.chunked_loss, cuda, lora)
+    tried = ", ".join(["--grad_accum", "--activation_checkpointing"]
+                      + (["--shard"] if world.size > 1 else []) + (["--lora_rank"] if lora else []))
+    tried = " or ".join(tried.rsplit(", ", 1))
     advice = (f"the cheapest change that fits: {fit[0]} ({fit[1].total / GiB:.1f} GiB)" if fit
               else f"no {tried} fits: take a smaller model or a device with more memory")
     raise InputError(

@@ -11,9 +11,10 @@ run, its checkpoint's state (gpt/training/checkpoint_files.py's `CheckpointState
   rerun with a raised --max_iters, which now passes over the text more often, trains on with
   the dropout and weight average it began with, as an uninterrupted run would have);
 - what is decided afresh at every start, resumed or not: --learning_rate, --min_lr and
-  --warmup_iters (from scratch's, or the fine-tuning recipe's from the model's width), and from
-  the device --compile, --dtype auto and --chunked_loss; --device auto is recorded as the
-  device gpt/distributed/world.py picked (it sets up the process group on it).
+  --warmup_iters (from scratch's, or the fine-tuning recipe's from the model's width, or
+  LoRA's adapters' lora_lr), and from the device --compile, --dtype auto and --chunked_loss;
+  --device auto is recorded as the device gpt/distributed/world.py picked (it sets up the
+  process group on it).
 
 The finished config is what every part of training reads (the optimizer's schedule, the model,
 compute, checkpoints' saved flags, the report's command line), so a run's config is known, and
@@ -70,9 +71,25 @@ EMA_MIN_ITERS = 600  # three averaging horizons, 3 / (1 - DEFAULT_EMA_DECAY)
 FINETUNE_LR = 5e-4
 FINETUNE_LR_WIDTH = 128
 FINETUNE_WARMUP_ITERS = 0
+# The LoRA recipe (--lora_rank): the fine-tuning recipe's schedule at the adapters' own peak,
+# lora_lr: LORA_LR at the default model's width, 1 / width smaller for a wider one, as
+# finetune_lr. Ten times full fine-tuning's: an adapter starts at zero (its B matrix), so a step
+# of it moves the model far less than the same step of every weight, and only the adapters move.
+# Measured at 128 (docs/performance.md, "LoRA's learning rate"; rank 8): 2e-4 barely moved the
+# model, 5e-3 and 1e-2 did best, 3e-2 diverged. The rule gives 6.3e-4 at GPT-2 medium's 1024
+# (the LoRA paper's 2e-4 at its 4x larger alpha / rank) and 1.6e-4 at 4096 (QLoRA's 2e-4 for
+# 7B models).
+LORA_LR = 5e-3
 LEARNING_RATE = 1e-3  # from scratch
 MIN_LR = 1e-4
 MIN_LR_FRACTION = 0.1  # --init_from: where the decay ends, a fraction of the peak (as from scratch)
+
+
+def lora_lr(n_embd: int) -> float:
+    """--lora_rank's unset peak learning rate for a model `n_embd` wide: LORA_LR at the
+    default model's width, scaled as 1 / width as `finetune_lr` is (gpt2 8.3e-4, gpt2-xl
+    4e-4)."""
+    return LORA_LR * FINETUNE_LR_WIDTH / n_embd
 
 
 def finetune_lr(n_embd: int) -> float:
@@ -180,9 +197,11 @@ def _model(cfg: TrainConfig, vocab_size: int, train_tokens: int, saved: Started 
 
 def _schedule(cfg: TrainConfig, n_embd: int) -> dict[str, float | int]:
     """The learning rate's peak, end and warmup: from scratch's, or with --init_from the
-    fine-tuning recipe's, whose peak follows the model's width `n_embd`."""
+    fine-tuning recipe's, whose peak follows the model's width `n_embd` (LoRA's adapters: a
+    peak of their own, lora_lr)."""
     if cfg.init_from:
-        lr = finetune_lr(n_embd) if cfg.learning_rate is None else cfg.learning_rate
+        lr = lora_lr(n_embd) if cfg.lora_rank else finetune_lr(n_embd)
+        lr = lr if cfg.learning_rate is None else cfg.learning_rate
         min_lr = lr * MIN_LR_FRACTION if cfg.min_lr is None else cfg.min_lr
         warmup = FINETUNE_WARMUP_ITERS
     else:

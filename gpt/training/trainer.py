@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import math
 import random
+import shutil
 import time
 from typing import Any
 
@@ -31,7 +32,7 @@ import torch
 from gpt.config.configs import TrainConfig
 from gpt.distributed.world import World
 from gpt.fetch.objectstore import Store
-from gpt.models import pretrained
+from gpt.models import lora, pretrained
 from gpt.models.export import load_unpadded, save_export
 from gpt.models.model import GPT
 from gpt.models.spelling import free_vectors, spelling_of
@@ -114,6 +115,8 @@ def build_model(recipe: Recipe, data: TokenData, start: Start | None = None) -> 
     model.activation_checkpointing = cfg.activation_checkpointing
     if start is not None:
         load_unpadded(model, pretrained.initial_weights(start.model, recipe.model, start.rows))
+    if cfg.lora_rank:
+        lora.add_adapters(model, cfg.lora_rank, cfg.lora_alpha, cfg.lora_targets.split(","))
     return model
 
 
@@ -149,10 +152,13 @@ class Trainer:
 
         latest = checkpoint_files.find_latest(self.rundir) if cfg.resume != "never" else None
         saved = checkpoint_files.read_state(latest) if latest is not None else None
-        # The pretrained weights are read at iteration 0 only: a resumed run has its own.
+        # The pretrained weights are read at iteration 0 only: a resumed run has its own, but
+        # for a LoRA run's, whose checkpoints hold the adapters alone, the rest frozen.
         start = None
-        if cfg.init_from and saved is None:
+        if cfg.init_from and (saved is None or cfg.lora_rank):
             start = Start.of(cfg, world, self.data, self.rundir, self.log)
+            if saved is not None:
+                start.check_same_weights(self.rundir)
         recipe = finished_config(cfg, world, self.data, saved, start)
         for note in recipe.notes:
             self.log(note)
@@ -183,6 +189,9 @@ class Trainer:
         seed_everything(cfg.seed + world.rank)  # but draws its own dropout masks
         self.state = self.checkpointer.restore_or_start(latest, saved)
         """The progress; with the model, optimizer, average and RNGs, what a checkpoint saves."""
+        self.lora_base = start.fetched if start is not None and cfg.lora_rank else None
+        """Where a LoRA run's frozen weights came from, which its adapter/ names; None without
+        LoRA. (Not `start`, which holds the pretrained tensors.)"""
         self.started_from = recorded(start, cfg, world)
         """What the model was fine-tuned from, in one line ("" from scratch)."""
         self.resumed_from = latest.name if latest is not None else None
@@ -359,6 +368,11 @@ class Trainer:
         cfg, st, rundir = self.cfg, self.state, self.rundir
         save_export(model, self.data.tokenizer, rundir.model_dir,
                     finetuned_from=self.started_from)
+        if self.lora_base is not None:
+            lora.save_adapters(self.eval_model, self.model.config, rundir.adapter_dir,
+                               self.lora_base.source, self.lora_base.revision)
+        else:  # an earlier attempt's, of a LoRA run started over without it, fits no model/ now
+            shutil.rmtree(rundir.adapter_dir, ignore_errors=True)
         where = f"{self.world.size} process(es) on {self.device.type}"
         report.write(rundir, report.summary(cfg, st, val, self.model.describe(),
                                             self.data.meta.describe(), where,

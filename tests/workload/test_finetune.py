@@ -26,6 +26,7 @@ from support.runs import (
     TEXT,
     TINY_FINETUNE,
     as_flags,
+    assert_same_weights,
     in_process,
     records,
     write_data,
@@ -293,5 +294,94 @@ def test_a_model_that_cannot_fit_the_device_is_refused_with_the_estimate(gpt2_ro
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "need about" in err[0] and "GiB per device to train" in err[0]
     assert "the cpu has 0.0 GiB" in err[0]
-    assert err[0].endswith("no --grad_accum or --activation_checkpointing fits: take a smaller "
-                           "model or a device with more memory")
+    assert err[0].endswith("no --grad_accum, --activation_checkpointing or --lora_rank fits: "
+                           "take a smaller model or a device with more memory")
+
+
+# LoRA (--lora_rank): 4 iterations of rank-4 adapters on the GPT-2 folder, at a rate that moves
+# them well off zero, with dropout and a weight average (what a resume must restore too), and a
+# checkpoint at 2 to resume from.
+LORA = ["--lora_rank", "4", "--learning_rate", "1e-2", "--max_iters", "4", "--ckpt_interval",
+        "2", "--keep_last", "5", "--eval_interval", "2", "--dropout", "0.1", "--ema_decay", "0.9"]
+
+
+@pytest.fixture(scope="module")
+def lora_run(gpt2_root) -> RunDir:
+    """A LoRA run from the GPT-2 folder on the comedy, its vocabulary compacted to the
+    comedy's tokens (4,414 of GPT-2's 50,257 rows)."""
+    folder = str(gpt2_root / "gpt2-folder")
+    run = corpus(gpt2_root, "lora", "--init_from", folder)
+    assert in_process("train-gpt", "--root", str(gpt2_root), "--run", "lora", "--init_from",
+                      folder, *as_flags(TINY_FINETUNE), *LORA) == 0  # fmt: skip
+    return run
+
+
+def test_lora_adapters_load_onto_gpt2_with_the_merged_exports_logits(lora_run, gpt2_root):
+    """The Must-show: PEFT's PeftModel of adapter/ on transformers' GPT-2 of the start computes
+    model/'s logits (the merged export, which keeps the comedy's rows of the vocabulary) at
+    those ids, and not the start's own."""
+    import peft
+    import transformers
+
+    folder = gpt2_root / "gpt2-folder"
+    config = json.loads((lora_run.adapter_dir / "adapter_config.json").read_text())
+    assert config["base_model_name_or_path"] == str(folder.resolve())
+    assert (config["peft_type"], config["r"], config["fan_in_fan_out"]) == ("LORA", 4, True)
+    start = transformers.GPT2LMHeadModel.from_pretrained(folder).eval()
+    tuned = peft.PeftModel.from_pretrained(start, lora_run.adapter_dir).eval()
+    merged = transformers.AutoModelForCausalLM.from_pretrained(lora_run.model_dir).eval()
+    kept = torch.tensor(load_tokenizer(lora_run.tokenizer_json).kept)  # ours -> GPT-2's ids
+    ids = torch.from_numpy(np.fromfile(lora_run.val_bin, dtype=np.uint16)[:16].astype(np.int64))
+    with torch.no_grad():
+        want = merged(ids[None]).logits
+        got = tuned(kept[ids][None]).logits[..., kept]
+        assert torch.allclose(got, want, atol=1e-4, rtol=0)
+        with tuned.disable_adapter():
+            assert (tuned(kept[ids][None]).logits[..., kept] - want).abs().max() > 1e-2
+
+
+def test_lora_checkpoints_hold_the_adapters_alone_and_resume_exactly(
+        lora_run, tmp_path, gpt2_root, capsys):  # fmt: skip
+    """Every checkpoint file of weights holds the adapters (A and B of 4 projections in 2
+    blocks) and AdamW's state is theirs; 2 iterations, stop, resume to 4 (the frozen weights
+    read from --init_from again) gives the straight run's losses, adapters, average and
+    adapter/, bit for bit. Frozen weights other than those it started from are refused."""
+    step4 = lora_run.ckpt_step(4)
+    for name in ("model.safetensors", "average.safetensors"):
+        saved = load_file(step4 / name)
+        assert len(saved) == 16 and all(".lora_A." in k or ".lora_B." in k for k in saved)
+    optimizer = torch.load(step4 / "optimizer.pt", weights_only=True)
+    assert len(optimizer["state"]) == 16
+
+    resumed = RunDir.of(tmp_path, "lora")
+    shutil.copytree(lora_run.path, resumed.path)
+    shutil.rmtree(resumed.ckpt_step(4))
+    shutil.rmtree(resumed.model_dir)
+    shutil.rmtree(resumed.adapter_dir)
+    resumed.latest.write_text("step-2\n")
+    flags = ["--root", str(tmp_path), "--run", "lora", "--init_from",
+             str(gpt2_root / "gpt2-folder"), *as_flags(TINY_FINETUNE), *LORA]  # fmt: skip
+    assert in_process("train-gpt", *flags) == 0
+    assert "resumed from step-2" in capsys.readouterr().out
+    losses = [[(r["step"], r.get("loss"), r.get("val_loss")) for r in records(run)]
+              for run in (lora_run, resumed)]
+    assert losses[0] == losses[1] and len(losses[0]) == 4
+    for name in ("model.safetensors", "average.safetensors"):
+        assert_same_weights(load_file(resumed.ckpt_step(4) / name), load_file(step4 / name), name)
+    name = "adapter_model.safetensors"
+    assert_same_weights(load_file(resumed.adapter_dir / name),
+                        load_file(lora_run.adapter_dir / name), name)
+
+    # other adapters are another model; a resume without them too
+    for other in (["--lora_rank", "8"], ["--lora_rank", "0"]):
+        assert in_process("train-gpt", *flags, *other) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "trained with a different model" in err[0]
+        assert f"lora_rank 4 -> {other[1]}" in err[0]
+
+    record = json.loads(resumed.init_from_json.read_text())
+    resumed.init_from_json.write_text(json.dumps({**record, "weights_sha256": "0" * 64}))
+    resumed.latest.write_text("step-2\n")
+    assert in_process("train-gpt", *flags) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "are not those the run's adapters were trained on" in err[0]

@@ -51,7 +51,7 @@ from gpt.training import trainer as trainer_module
 from gpt.training.batches import Batches, count_ids, eval_offsets
 from gpt.training.divergence import NonFiniteLoss
 from gpt.training.optimizer import lr_at
-from gpt.training.recipe import DROPOUT_REPEATED, FINETUNE_LR, finish
+from gpt.training.recipe import DROPOUT_REPEATED, FINETUNE_LR, LORA_LR, finish
 from gpt.training.trainer import Trainer
 
 
@@ -274,6 +274,14 @@ def test_the_table_of_an_iteration_gets_every_micro_batch_gradient() -> None:
         (["--time_budget", "-1"], "--time_budget"),
         (["--block_size", "1000"], "--block_size 1000: val.bin holds only"),
         (["--resume", "maybe"], "--resume"),
+        (["--lora_rank", "4"], "--lora_rank 4: adapts a pretrained model, whose weights it "
+                               "freezes; give --init_from"),
+        (["--lora_rank", "-1"], "--lora_rank -1: must be an integer >= 0"),
+        (["--lora_alpha", "0"], "--lora_alpha 0.0: must be > 0"),
+        (["--lora_targets", "attn.c_attn,wte"], "'wte' is none of attn.c_attn, attn.c_proj"),
+        (["--lora_targets", "mlp.c_fc,mlp.c_fc"], "names a projection twice"),
+        (["--lora_rank", "4", "--init_from", "gpt2", "--shard", "true"],
+         "--shard true with --lora_rank 4: not both"),
     ],
 )
 def test_bad_hyper_parameters_are_one_line_errors(root: Path, capsys, flags, message) -> None:
@@ -382,6 +390,17 @@ def test_with_init_from_the_unset_schedule_is_the_fine_tuning_recipe() -> None:
         finished(init_from="gpt2", width=768, min_lr=2e-4)
     scratch = finished()
     assert (scratch.learning_rate, scratch.min_lr) == (1e-3, 1e-4)
+
+
+def test_with_lora_the_unset_peak_is_the_adapters() -> None:
+    """--lora_rank: LORA_LR at the default model's width, 1 / width smaller for a wider one
+    (ten times full fine-tuning's), to a tenth of it, no warmup; a given peak is kept."""
+    lora = finished(init_from="gpt2", lora_rank=8)
+    assert (lora.learning_rate, lora.min_lr) == (LORA_LR, pytest.approx(LORA_LR / 10))
+    assert lora.warmup_iters == 0
+    assert finished(init_from="gpt2", width=1024, lora_rank=8).learning_rate == \
+        pytest.approx(6.25e-4)
+    assert finished(init_from="gpt2", lora_rank=8, learning_rate=1e-4).learning_rate == 1e-4
 
 
 def test_unset_dropout_is_on_only_where_the_run_sees_its_text_again(root: Path, capsys) -> None:

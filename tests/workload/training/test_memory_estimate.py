@@ -79,6 +79,36 @@ def test_sharded_a_rank_holds_its_share_and_a_few_units_whole():
     assert averaged.weights == whole.weights + 4 * params
 
 
+def test_a_plan_for_adapters_counts_them_on_every_projection_lora_may_target():
+    model = _meta_gpt(**MEDIUM)
+    params = sum(p.numel() for p in model.parameters())
+    adapters = 24 * 16 * (4 + 2 + 5 + 5) * 1024  # r x (in + out) of c_attn, c_proj, c_fc, c_proj
+    lora = estimate(model, Plan(8, 1, False, lora_rank=16), True, True, True)
+    assert (lora.gradients, lora.optimizer) == (4 * adapters, 8 * adapters)
+    assert lora.weights == 6 * (params + adapters)
+
+
+def test_a_fine_tuning_run_is_told_of_lora_only_where_nothing_else_fits(monkeypatch):
+    model = _meta_gpt(**MEDIUM)
+    lora = estimate(model, Plan(1, 16, True, lora_rank=16), True, True, cuda=False).total
+    full = estimate(model, Plan(1, 16, True), True, True, cuda=False).total
+    assert lora < full
+    monkeypatch.setattr(memory_estimate, "available_memory",
+                        lambda device: (lora, "cuda:0 has some GiB free"))
+    cfg = TrainConfig(batch_size=16, block_size=1024, dtype="bfloat16", chunked_loss=True,
+                      init_from="gpt2")
+    with pytest.raises(InputError) as e:
+        check_memory(model, cfg, World(), 16, lambda line: None)
+    assert str(e.value).endswith("the cheapest change that fits: --grad_accum 16 "
+                                 f"--activation_checkpointing true --lora_rank 16 "
+                                 f"({lora / GiB:.1f} GiB)")
+    monkeypatch.setattr(memory_estimate, "available_memory", lambda device: (1 << 20, "tiny"))
+    with pytest.raises(InputError) as e:
+        check_memory(model, cfg, World(), 16, lambda line: None)
+    assert str(e.value).endswith("no --grad_accum, --activation_checkpointing or --lora_rank "
+                                 "fits: take a smaller model or a device with more memory")
+
+
 def test_several_ranks_make_shard_an_option_and_its_flags_are_named():
     model = _meta_gpt(**MEDIUM)
     plan = Plan(1, 8, False)  # the state is most of it: only sharding cuts enough
