@@ -1,6 +1,7 @@
 """Fine-tuning GPT-2's sizes on one GPU: peak memory and tokens/s per size and mode (full
 training, activation checkpointing, LoRA adapters of rank 16 on every projection), against
-train-gpt's estimate (gpt/training/memory_estimate.py), in one call of the GPU session (bench/gpu_session.sh).
+train-gpt's estimate (gpt/training/memory_estimate.py), in one call of the GPU session
+(bench/gpu_session.sh).
 
 Each case runs in a process of its own, so an out-of-memory case ends alone and each peak is
 its own: the model at GPT-2's real shape with random weights (no download), train-gpt's AdamW
