@@ -224,6 +224,17 @@ def test_the_compiled_pipeline_runs_end_to_end_with_kfp_local(tmp_path, model_re
     props = version["customProperties"]
     assert props["architecture"]["string_value"] == config["architectures"][0]
     assert props["val_bits_per_byte"]["double_value"] == metrics["val_bits_per_byte"]
+    # train-gpt's Model artifact: where the model is and what it is, as KFP records it.
+    model = executor["artifacts"]["model"]["artifacts"][0]
+    assert model["metadata"]["model_uri"] == (run / "model").as_uri()
+    assert model["metadata"]["architecture"] == config["architectures"][0]
+    assert model["metadata"]["val_bits_per_byte"] == metrics["val_bits_per_byte"]
+    assert (model["metadata"]["run"], model["metadata"]["model_format"]) == ("tiny", "huggingface")
+    record = json.loads((outputs / "train-gpt" / "model").read_text())
+    assert record == model["metadata"]
+    # serve empty (the default): no deploy step ran.
+    assert sorted(p.name for p in outputs.iterdir() if p.is_dir()) == [
+        "generative-prompt", "load-corpus", "train-gpt"]
 
 
 @pytest.mark.process
