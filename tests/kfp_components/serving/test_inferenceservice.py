@@ -77,6 +77,7 @@ def test_the_pvc_service_is_the_hand_applied_manifest_made_by_the_step():
     assert made == by_hand
 
 
+@pytest.mark.apiserver
 @pytest.mark.parametrize("predictor", [
     Predictor(f"pvc://gpt-pvc/{RUN_ID}/model"),
     Predictor("s3://models/runs/r1", service_account="gpt-s3"),
@@ -102,6 +103,7 @@ def test_every_service_the_step_writes_is_admitted_by_kserves_crd_and_webhook(ks
         assert made["spec"]["predictor"]["serviceAccountName"] == "gpt-s3"
 
 
+@pytest.mark.apiserver
 def test_a_re_apply_updates_the_same_service_and_the_step_owns_its_fields(kserve_api):
     ns = namespace()
     name = service_name(RUN_ID, ns)

@@ -119,6 +119,7 @@ class Kserve(threading.Thread):
             self.error = e
 
 
+@pytest.mark.apiserver
 def test_the_step_serves_the_run_and_says_how_to_call_it(kserve_api, server):
     url, _ = server
     ns = namespace()
@@ -143,6 +144,7 @@ def test_the_step_serves_the_run_and_says_how_to_call_it(kserve_api, server):
     assert f"kubectl -n {ns} port-forward service/{name}-predictor 8080:80" in text
 
 
+@pytest.mark.apiserver
 def test_a_model_that_does_not_load_fails_the_step_with_kserves_reason(kserve_api):
     ns = namespace()
     Kserve(kserve_api, ns, [LOADING, FAILED_LOAD])
@@ -159,6 +161,7 @@ def test_a_model_that_does_not_load_fails_the_step_with_kserves_reason(kserve_ap
     assert kserve_api.get_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, "gpt-r1")
 
 
+@pytest.mark.apiserver
 def test_a_predictor_that_gave_up_fails_at_once(kserve_api):
     gave_up = {**LOADING, "conditions": [
         condition("PredictorReady", "False", "ProgressDeadlineExceeded",
@@ -172,20 +175,22 @@ def test_a_predictor_that_gave_up_fails_at_once(kserve_api):
                backend="trainjob", api=kserve_api, say=lambda _: None)
 
 
+@pytest.mark.apiserver
 def test_not_ready_by_the_deadline_is_one_line_saying_where_to_look(kserve_api):
     ns = namespace()
     Kserve(kserve_api, ns, [LOADING])
     with pytest.raises(ServingError) as err:
-        deploy(Serving("kserve", serve_timeout=1.5), "r3", export_uri="", namespace=ns,
+        deploy(Serving("kserve", serve_timeout=1), "r3", export_uri="", namespace=ns,
                backend="trainjob", api=kserve_api, say=lambda _: None)
     assert str(err.value) == (
-        f"InferenceService {ns}/gpt-r3: not Ready within 1.5 s: PredictorReady False: "
+        f"InferenceService {ns}/gpt-r3: not Ready within 1 s: PredictorReady False: "
         "MinimumReplicasUnavailable: Deployment does not have minimum availability.; model "
         f"Pending; kubectl -n {ns} describe pods -l serving.kserve.io/inferenceservice=gpt-r3 "
         "says why (an image that does not pull, no node with room), or raise serve_timeout; "
         "it is left in place")
 
 
+@pytest.mark.apiserver
 def test_no_controller_is_said_at_the_deadline(kserve_api):
     ns = namespace()
     with pytest.raises(ServingError, match=r"not Ready within 0.5 s: no status: KServe's "
