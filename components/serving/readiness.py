@@ -15,8 +15,11 @@ What KServe v0.20.0 writes there (kserve/kserve at v0.20.0,
 - `address.url`, the predictor's cluster address (`http://<name>-predictor.<namespace>.svc...`,
   `reconcilers/ingress/kube_ingress_reconciler.go` createAddress), once the ingress is
   reconciled.
-An image that does not pull leaves the Deployment short of replicas and the model `Pending`:
-KServe's status does not name the image, so the deadline's line says where to look.
+A server that crashes changes nothing KServe watches: it writes `BlockedByFailedLoad` at its
+next reconcile, at the latest when the Deployment's progress deadline passes (600 s,
+`reconcilers/deployment/deployment_reconciler.go`). An image that does not pull leaves the
+Deployment short of replicas and the model `Pending`: KServe's status does not name the image,
+so the deadline's line says where to look.
 """
 
 from __future__ import annotations

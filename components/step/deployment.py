@@ -47,7 +47,9 @@ class Serving:
     address; empty: no deploy step."""
     serve_timeout: float = 900
     """Seconds the deploy step waits for the InferenceService to be Ready (pulling the server's
-    image, loading the model) before it fails; the InferenceService is left as it is."""
+    image, loading the model) before it fails; the InferenceService is left as it is. Keep it
+    above 600: KServe reports a model that does not load once its Deployment's progress
+    deadline (600 s) has passed."""
     serve_gpus: int = 0
     """NVIDIA GPUs for the InferenceService's predictor; 0: CPU, KServe's transformers backend
     (float32); more: the runtime's default backend, vLLM."""
