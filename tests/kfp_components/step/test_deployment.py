@@ -244,3 +244,29 @@ def test_the_component_refuses_a_typo_and_the_local_backend_in_one_line():
         deploy_model.python_func(usage=None, run="r", serve="ksrve")
     with pytest.raises(ValueError, match=r"^serve 'kserve': the local backend has no KServe"):
         deploy_model.python_func(usage=None, run="r", serve="kserve", backend="local")
+
+
+@pytest.mark.process
+@pytest.mark.apiserver
+# kfp.local warns that the step's image is not this Python; running it here is the point.
+@pytest.mark.filterwarnings("ignore:You may be attemping:RuntimeWarning")
+def test_the_component_through_kfp_local_outputs_the_address_and_the_calls(
+        kserve_api, kubeconfig_env, server, tmp_path, monkeypatch):  # fmt: skip
+    """deploy-model as KFP runs it (kfp.local's SubprocessRunner: the component's own source in
+    a process of its own, its outputs as KFP's executor writes them)."""
+    from kfp import local
+
+    from components.deploy_model import deploy_model
+
+    url, _ = server
+    ns = namespace()
+    monkeypatch.setenv("GPT_STEP_NAMESPACE", ns)  # the compiled pipeline's downward API
+    Kserve(kserve_api, ns, [LOADING, ready(url)])
+    local.init(runner=local.SubprocessRunner(use_venv=False),
+               pipeline_root=str(tmp_path / "kfp"), raise_on_error=True)  # fmt: skip
+    task = deploy_model(run=RUN, serve="kserve", serve_timeout=60.0)
+    assert task.outputs["Output"] == f"{url}/openai/v1"
+    usage = open(task.outputs["usage"].path).read()
+    assert usage.startswith(f"# deploy-model: run `{RUN}`\n\nInferenceService `gpt-{RUN}` in "
+                            f"namespace `{ns}` serves the run's model (`pvc://gpt-pvc/{RUN}/model`)")
+    assert f"curl {url}/openai/v1/completions" in usage
