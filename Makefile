@@ -75,6 +75,7 @@ prompt: $(STAMP)  ## talk to the trained model of ROOT/RUN (after make demo); ex
 
 # What serve=kserve does on a cluster, here: transformers serve on the run's model/, on
 # localhost:8000 (OpenAI's API under /v1), after printing the curl and openai calls that reach it.
+.PHONY: serve
 serve: $(STAMP)  ## serve the model of ROOT/RUN (after make demo) on localhost:8000 with OpenAI's API
 	$(PY) -m pipeline serve-local --root $(ROOT) --run $(RUN)
 
