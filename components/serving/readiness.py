@@ -33,6 +33,7 @@ from components.serving.inferenceservice import GROUP, PLURAL, VERSION, ServingE
 # Reasons after which the predictor's Deployment will not become available by waiting.
 GIVEN_UP = {"ProgressDeadlineExceeded", "FailedCreate"}
 FAILED_TRANSITIONS = {"BlockedByFailedLoad", "InvalidSpec"}
+NO_STATUS = "no status yet: KServe's controller has not reconciled it"
 # Longest single watch request; the server closes it and the watch resumes.
 WATCH_WINDOW_S = 60
 
@@ -72,8 +73,7 @@ def waiting(obj: dict[str, Any]) -> str:
     model's state."""
     status = obj.get("status") or {}
     if not status.get("conditions"):
-        return ("no status: KServe's controller has not reconciled it (is it running? "
-                "kubectl get pods -A -l control-plane=kserve-controller-manager)")  # fmt: skip
+        return NO_STATUS
     conditions = _conditions(obj)
     parts = []
     for kind in ("PredictorReady", "IngressReady", "Ready"):
@@ -124,6 +124,11 @@ def wait_ready(api: Any, obj: dict[str, Any], timeout: float,
             last = now
         remaining = deadline - time.monotonic()
         if remaining <= 0:
+            if now == NO_STATUS:  # nothing ran: no pods to look at
+                raise ServingError(
+                    f"InferenceService {where}: not Ready within {timeout:g} s: KServe's "
+                    "controller never reconciled it: is it running? kubectl get pods -A -l "
+                    "control-plane=kserve-controller-manager; it is left in place")  # fmt: skip
             raise ServingError(
                 f"InferenceService {where}: not Ready within {timeout:g} s: {now}; {look} "
                 f"says why (an image that does not pull, no node with room), or raise "
