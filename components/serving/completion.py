@@ -44,7 +44,9 @@ def complete(endpoint: Endpoint, prompt: str = PROBE_PROMPT, max_tokens: int = P
     request = urllib.request.Request(url, data=body, method="POST",
                                      headers={"Content-Type": "application/json"})
     try:
-        with urllib.request.urlopen(request, timeout=CALL_TIMEOUT_S) as answer:
+        # An opener of its own: the proxy settings (http_proxy, no_proxy) as they are now, not
+        # as urlopen's shared opener took them at its first call.
+        with urllib.request.build_opener().open(request, timeout=CALL_TIMEOUT_S) as answer:
             reply = json.loads(answer.read())
     except urllib.error.HTTPError as e:
         said = " ".join(e.read().decode(errors="replace").split())[:300]

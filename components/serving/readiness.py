@@ -16,10 +16,11 @@ What KServe v0.20.0 writes there (kserve/kserve at v0.20.0,
   `reconcilers/ingress/kube_ingress_reconciler.go` createAddress), once the ingress is
   reconciled.
 A server that crashes changes nothing KServe watches: it writes `BlockedByFailedLoad` at its
-next reconcile, at the latest when the Deployment's progress deadline passes (600 s,
-`reconcilers/deployment/deployment_reconciler.go`). An image that does not pull leaves the
-Deployment short of replicas and the model `Pending`: KServe's status does not name the image,
-so the deadline's line says where to look.
+next reconcile (the Deployment's progress deadline passing, 600 s,
+`reconcilers/deployment/deployment_reconciler.go`, brings one) if the container is down at that
+moment; one caught restarting stays `Pending`, and the deadline's line says to read its log.
+An image that does not pull leaves the Deployment short of replicas and the model `Pending`:
+KServe's status does not name the image, so the deadline's line says where to look.
 """
 
 from __future__ import annotations
@@ -104,7 +105,7 @@ def wait_ready(api: Any, obj: dict[str, Any], timeout: float,
     meta = obj["metadata"]
     namespace, name = meta["namespace"], meta["name"]
     where = f"{namespace}/{name}"
-    look = (f"kubectl -n {namespace} describe pods -l serving.kserve.io/inferenceservice={name}")
+    selector = f"-l serving.kserve.io/inferenceservice={name}"
     deadline = time.monotonic() + timeout
     rv = meta["resourceVersion"]
     last = ""
@@ -114,9 +115,8 @@ def wait_ready(api: Any, obj: dict[str, Any], timeout: float,
         if why := failure(obj):
             raise ServingError(
                 f"InferenceService {where}: the predictor failed: {why}; its logs: kubectl -n "
-                f"{namespace} logs -l serving.kserve.io/inferenceservice={name} -c "
-                f"storage-initializer (the model's download) or -c kserve-container (the "
-                f"server); it is left in place"
+                f"{namespace} logs {selector} -c storage-initializer (the model's download) or "
+                f"-c kserve-container (the server); it is left in place"
             )
         now = waiting(obj)
         if now != last:
@@ -130,9 +130,10 @@ def wait_ready(api: Any, obj: dict[str, Any], timeout: float,
                     "controller never reconciled it: is it running? kubectl get pods -A -l "
                     "control-plane=kserve-controller-manager; it is left in place")  # fmt: skip
             raise ServingError(
-                f"InferenceService {where}: not Ready within {timeout:g} s: {now}; {look} "
-                f"says why (an image that does not pull, no node with room), or raise "
-                f"serve_timeout; it is left in place"
+                f"InferenceService {where}: not Ready within {timeout:g} s: {now}; kubectl -n "
+                f"{namespace} describe pods {selector} says why (an image that does not pull, no "
+                f"node with room, a server that keeps exiting: then kubectl -n {namespace} logs "
+                f"{selector} -c kserve-container), or raise serve_timeout; it is left in place"
             )
         try:
             stream = watch.Watch().stream(

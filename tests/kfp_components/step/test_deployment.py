@@ -186,8 +186,9 @@ def test_not_ready_by_the_deadline_is_one_line_saying_where_to_look(kserve_api):
         f"InferenceService {ns}/gpt-r3: not Ready within 1 s: PredictorReady False: "
         "MinimumReplicasUnavailable: Deployment does not have minimum availability.; model "
         f"Pending; kubectl -n {ns} describe pods -l serving.kserve.io/inferenceservice=gpt-r3 "
-        "says why (an image that does not pull, no node with room), or raise serve_timeout; "
-        "it is left in place")
+        "says why (an image that does not pull, no node with room, a server that keeps "
+        f"exiting: then kubectl -n {ns} logs -l serving.kserve.io/inferenceservice=gpt-r3 -c "
+        "kserve-container), or raise serve_timeout; it is left in place")
 
 
 @pytest.mark.apiserver
