@@ -17,6 +17,7 @@ from components.step.parameter_docs import documented
 def deploy_model(
     usage: Output[Markdown],
     run: str,
+    block_size: int = 64,
     export_uri: str = "",
     serve: str = "",
     serve_timeout: float = 900,

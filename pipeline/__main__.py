@@ -109,18 +109,25 @@ def serve_local(root: Path, run_id: str, host: str, port: int, say=print) -> lis
     """The command that serves run `run_id`'s model/ on OpenAI's API here (`transformers serve`,
     a cache of its own, offline), after saying the curl and openai calls that reach it. Raises
     ValueError (one line) when the run has no model."""
-    from components.serving.completion import Endpoint, curl_call, openai_call
+    import json
+
+    from components.serving.completion import Endpoint, curl_call, openai_call, probe_tokens
     from gpt.rundir.layout import RunDir
 
     model = RunDir.of(root, run_id).model_dir
     if not (model / "config.json").is_file():
         raise ValueError(f"{model}: no model there; train one first (make demo)")
+    config = json.loads((model / "config.json").read_text())
+    # GPT-NeoX's and GPT-2's names for the context (gpt/models/hf.py)
+    tokens = probe_tokens(config.get("max_position_embeddings") or config.get("n_positions")
+                          or 64)  # fmt: skip
     # transformers serve names the model by the folder it was given, under /v1
     endpoint = Endpoint(f"http://{'localhost' if host in ('127.0.0.1', '0.0.0.0') else host}"
                         f":{port}/v1", str(model))  # fmt: skip
     say(f"serving {model} on {endpoint.base_url} (Ctrl-C stops it); from another terminal:\n\n"
-        f"{curl_call(endpoint)}\n\n{Path(sys.executable).parent / 'python'} - <<'PY'\n"
-        f"{openai_call(endpoint)}PY\n")  # fmt: skip
+        f"{curl_call(endpoint, max_tokens=tokens)}\n\n"
+        f"{Path(sys.executable).parent / 'python'} - <<'PY'\n"
+        f"{openai_call(endpoint, max_tokens=tokens)}PY\n")  # fmt: skip
     return [str(Path(sys.executable).with_name("transformers")), "serve", str(model),
             "--host", host, "--port", str(port), "--device", "cpu"]  # fmt: skip
 

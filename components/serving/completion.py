@@ -25,6 +25,13 @@ PROBE_TOKENS = 16
 CALL_TIMEOUT_S = 120.0
 
 
+def probe_tokens(context: int) -> int:
+    """How many tokens the probe asks of a model of `context` positions: the server refuses a
+    prompt and completion longer than its context ("This model's maximum context length is
+    ..."), and the prompt is at most a token a character."""
+    return max(1, min(PROBE_TOKENS, context - len(PROBE_PROMPT)))
+
+
 @dataclass(frozen=True)
 class Endpoint:
     """An OpenAI-compatible completions API and the model name it serves the run's model as."""
@@ -64,7 +71,8 @@ def complete(endpoint: Endpoint, prompt: str = PROBE_PROMPT, max_tokens: int = P
     return text
 
 
-def curl_call(endpoint: Endpoint, prompt: str = PROBE_PROMPT, max_tokens: int = 40) -> str:
+def curl_call(endpoint: Endpoint, prompt: str = PROBE_PROMPT,
+              max_tokens: int = PROBE_TOKENS) -> str:  # fmt: skip
     """The completion as a copy-pasteable curl command."""
     body = json.dumps({"model": endpoint.model, "prompt": prompt, "max_tokens": max_tokens,
                        "temperature": 0})  # fmt: skip
@@ -72,7 +80,8 @@ def curl_call(endpoint: Endpoint, prompt: str = PROBE_PROMPT, max_tokens: int = 
             f"    -d {shlex.quote(body)}")  # fmt: skip
 
 
-def openai_call(endpoint: Endpoint, prompt: str = PROBE_PROMPT, max_tokens: int = 40) -> str:
+def openai_call(endpoint: Endpoint, prompt: str = PROBE_PROMPT,
+                max_tokens: int = PROBE_TOKENS) -> str:  # fmt: skip
     """The completion with the `openai` client, as a copy-pasteable Python program."""
     return (
         "from openai import OpenAI\n"

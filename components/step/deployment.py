@@ -17,7 +17,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, fields
 from typing import Any
 
-from components.serving.completion import PROBE_PROMPT, Endpoint, complete, curl_call, openai_call
+from components.serving.completion import (
+    PROBE_PROMPT,
+    Endpoint,
+    complete,
+    curl_call,
+    openai_call,
+    probe_tokens,
+)
 from components.serving.inferenceservice import (
     GROUP,
     Predictor,
@@ -97,13 +104,17 @@ class Deployed:
     """Its OpenAI API at the predictor's cluster address, and the model name it serves."""
     reply: str
     """Its answer to PROBE_PROMPT."""
+    tokens: int
+    """How many tokens the probe asked for (what the model's context leaves)."""
     seconds: float
     """From the apply to the answer."""
 
 
 def deploy(serving: Serving, run: str, *, export_uri: str, namespace: str, backend: str,
-           api: Any = None, say: Callable[[str], None] = print) -> Deployed:  # fmt: skip
-    """Serve run `run`'s model in `namespace` (empty: the step's) and check its answer; raises
+           block_size: int = 64, api: Any = None,
+           say: Callable[[str], None] = print) -> Deployed:  # fmt: skip
+    """Serve run `run`'s model (its context `block_size`) in `namespace` (empty: the step's) and
+    check its answer; raises
     ServingError (one line) when KServe is missing, RBAC forbids, the predictor fails, it is
     not Ready by `serving.serve_timeout`, or it answers wrongly."""
     if serving.serve not in SERVERS:
@@ -135,11 +146,12 @@ def deploy(serving: Serving, run: str, *, export_uri: str, namespace: str, backe
     except Exception as e:
         raise api_refusal(e, where) or e from None
     endpoint = Endpoint(address(done).rstrip("/") + OPENAI_PATH, name)
-    reply = complete(endpoint, who=f"InferenceService {where} is Ready, but")
+    tokens = probe_tokens(block_size)
+    reply = complete(endpoint, max_tokens=tokens, who=f"InferenceService {where} is Ready, but")
     seconds = time.monotonic() - start
     say(f"InferenceService {where} answered {PROBE_PROMPT!r} -> {reply!r}, {seconds:.0f} s after "
         f"the apply; its OpenAI API: {endpoint.base_url}")
-    return Deployed(name, namespace, uri, endpoint, reply, seconds)
+    return Deployed(name, namespace, uri, endpoint, reply, tokens, seconds)
 
 
 def usage_markdown(run: str, deployed: Deployed) -> str:
@@ -153,10 +165,10 @@ def usage_markdown(run: str, deployed: Deployed) -> str:
         f"completions API at `{e.base_url}`. It answered `{PROBE_PROMPT}` with:\n\n"
         f"```text\n{deployed.reply}\n```\n\n"
         "## From a pod in the cluster\n\n"
-        f"```bash\n{curl_call(e)}\n```\n\n"
-        f"```python\n{openai_call(e)}```\n\n"
+        f"```bash\n{curl_call(e, max_tokens=deployed.tokens)}\n```\n\n"
+        f"```python\n{openai_call(e, max_tokens=deployed.tokens)}```\n\n"
         "## From your machine\n\n"
         f"```bash\nkubectl -n {ns} port-forward service/{name}-predictor 8080:80\n"
-        f"{curl_call(local)}\n```\n\n"
+        f"{curl_call(local, max_tokens=deployed.tokens)}\n```\n\n"
         f"Delete it when done: `kubectl -n {ns} delete inferenceservice {name}`.\n"
     )

@@ -100,7 +100,7 @@ def test_serve_adds_the_deploy_step_after_train_gpt_and_only_then():
     assert deploy["inputs"]["parameters"]["run"] == {
         "componentInputParameter": "pipelinechannel--train-gpt-Output"}
     for knob in ("serve", "serve_timeout", "serve_gpus", "serve_service_account", "export_uri",
-                 "namespace", "backend"):  # the pipeline's, shared with the stages where named
+                 "block_size", "namespace", "backend"):  # shared with the stages where named
         assert deploy["inputs"]["parameters"][knob] == {
             "componentInputParameter": f"pipelinechannel--{knob}"}, knob
     assert not deploy.get("cachingOptions", {}).get("enableCache", False)

@@ -34,7 +34,7 @@ def test_make_serve_prints_the_calls_then_becomes_the_server(tmp_path, monkeypat
     said = capsys.readouterr().out
     assert said.startswith(f"serving {model} on http://localhost:8000/v1 (Ctrl-C stops it)")
     assert ("curl http://localhost:8000/v1/completions -H 'content-type: application/json' \\\n"
-            f"    -d '{{\"model\": \"{model}\", \"prompt\": \"The\", \"max_tokens\": 40, "
+            f"    -d '{{\"model\": \"{model}\", \"prompt\": \"The\", \"max_tokens\": 16, "
             "\"temperature\": 0}'") in said  # fmt: skip
     assert "client = OpenAI(base_url='http://localhost:8000/v1', api_key=\"unused\")" in said
     assert f"model={str(model)!r}" in said
@@ -49,6 +49,15 @@ def test_the_calls_are_the_deploy_steps_own(tmp_path):
     serve_local(tmp_path, "demo", "127.0.0.1", 8001, say=lines.append)
     endpoint = Endpoint("http://localhost:8001/v1", str(model))
     assert curl_call(endpoint) in lines[0] and openai_call(endpoint) in lines[0]
+
+
+def test_the_calls_ask_no_more_than_the_models_context_holds(tmp_path):
+    """A model of 8 positions: "The" and 5 tokens (a server refuses more than its context)."""
+    model = a_run_with_a_model(tmp_path)
+    (model / "config.json").write_text('{"max_position_embeddings": 8}')
+    lines: list[str] = []
+    serve_local(tmp_path, "demo", "127.0.0.1", 8000, say=lines.append)
+    assert '"max_tokens": 5' in lines[0] and "max_tokens=5," in lines[0]
 
 
 def test_a_run_without_a_model_is_one_line(tmp_path, capsys):

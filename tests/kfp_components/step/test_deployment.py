@@ -14,7 +14,7 @@ import time
 import pytest
 from support.apiserver import namespace
 
-from components.serving.completion import PROBE_PROMPT, Endpoint, complete
+from components.serving.completion import PROBE_PROMPT, Endpoint, complete, probe_tokens
 from components.serving.inferenceservice import GROUP, PLURAL, VERSION, ServingError
 from components.step.deployment import Serving, deploy, refuse_local, usage_markdown
 
@@ -223,6 +223,13 @@ def test_the_probe_is_greedy_and_short(server):
     url, _ = server
     assert complete(Endpoint(f"{url}/openai/v1", "m")) == " ANTIPHOLUS"
     assert PROBE_PROMPT == "The"
+
+
+def test_the_probe_asks_no_more_than_the_models_context_holds():
+    # KServe's server refuses a prompt and completion longer than the model's context: "This
+    # model's maximum context length is 16 tokens. However, you requested 19 tokens (3 in the
+    # messages, 16 in the completion)" (a run of block_size 16, with h-kserve's cluster).
+    assert [probe_tokens(n) for n in (64, 19, 16, 4, 1)] == [16, 16, 13, 1, 1]
 
 
 @pytest.mark.parametrize("knobs,message", [
