@@ -35,6 +35,7 @@ from components.serving.inferenceservice import (
 )
 from components.serving.readiness import address, wait_ready
 from components.step import context
+from components.step.artifacts import code_fence
 from components.step.registration import model_uri
 
 SERVERS = ("kserve",)
@@ -114,9 +115,8 @@ def deploy(serving: Serving, run: str, *, export_uri: str, namespace: str, backe
            block_size: int = 64, api: Any = None,
            say: Callable[[str], None] = print) -> Deployed:  # fmt: skip
     """Serve run `run`'s model (its context `block_size`) in `namespace` (empty: the step's) and
-    check its answer; raises
-    ServingError (one line) when KServe is missing, RBAC forbids, the predictor fails, it is
-    not Ready by `serving.serve_timeout`, or it answers wrongly."""
+    check its answer; raises ServingError (one line) when KServe is missing, RBAC forbids, the
+    predictor fails, it is not Ready by `serving.serve_timeout`, or it answers wrongly."""
     if serving.serve not in SERVERS:
         raise ValueError(f"serve {serving.serve!r}: the deploy step needs serve=kserve")
     refuse_local(serving.serve, backend)
@@ -158,12 +158,13 @@ def usage_markdown(run: str, deployed: Deployed) -> str:
     """The step's Markdown: what serves the run's model and the calls that reach it."""
     e, ns, name = deployed.endpoint, deployed.namespace, deployed.name
     local = Endpoint(f"http://localhost:8080{OPENAI_PATH}", name)
+    fence = code_fence(deployed.reply)  # a reply is the model's text: any backticks in it
     return (
         f"# deploy-model: run `{run}`\n\n"
         f"InferenceService `{name}` in namespace `{ns}` serves the run's model "
         f"(`{deployed.storage_uri}`) with KServe's Hugging Face runtime, on OpenAI's "
         f"completions API at `{e.base_url}`. It answered `{PROBE_PROMPT}` with:\n\n"
-        f"```text\n{deployed.reply}\n```\n\n"
+        f"{fence}text\n{deployed.reply}\n{fence}\n\n"
         "## From a pod in the cluster\n\n"
         f"```bash\n{curl_call(e, max_tokens=deployed.tokens)}\n```\n\n"
         f"```python\n{openai_call(e, max_tokens=deployed.tokens)}```\n\n"

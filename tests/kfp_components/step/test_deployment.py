@@ -284,3 +284,13 @@ def test_the_component_through_kfp_local_outputs_the_address_and_the_calls(
     assert usage.startswith(f"# deploy-model: run `{RUN}`\n\nInferenceService `gpt-{RUN}` in "
                             f"namespace `{ns}` serves the run's model (`pvc://gpt-pvc/{RUN}/model`)")
     assert f"curl {url}/openai/v1/completions" in usage
+
+
+def test_a_reply_with_backticks_stays_inside_its_code_block():
+    from components.step.deployment import Deployed
+
+    deployed = Deployed("gpt-r", "ns", "pvc://gpt-pvc/r/model",
+                        Endpoint("http://gpt-r-predictor.ns.svc.cluster.local/openai/v1", "gpt-r"),
+                        "```\n# not a heading", 16, 1.0)  # fmt: skip
+    text = usage_markdown("r", deployed)
+    assert "\n````text\n```\n# not a heading\n````\n" in text
