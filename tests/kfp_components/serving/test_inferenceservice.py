@@ -1,14 +1,11 @@
 """The deploy step's InferenceService (components/serving/inferenceservice.py): its name within
-KServe v0.20.0's limits, the object admitted by KServe's CRD and admission, its server-side
-apply on the test API server (a re-run updates the same service), and the API server's 404
-(no KServe) and 403 (RBAC) as one line each."""
+KServe v0.20.0's limits, the object admitted by KServe's CRD and admission, and its server-side
+apply on the test API server (a re-run updates the same service). The API server's 404 (no
+KServe) and 403 (RBAC), as the step says them: test_deploy_on_kserve.py."""
 
 from __future__ import annotations
 
-import http.server
-import json
 import re
-import threading
 
 import pytest
 import yaml
@@ -23,8 +20,6 @@ from components.serving.inferenceservice import (
     PLURAL,
     VERSION,
     Predictor,
-    ServingError,
-    api_refusal,
     build_inferenceservice,
     name_limit,
     server_side_apply,
@@ -77,7 +72,6 @@ def test_the_pvc_service_is_the_hand_applied_manifest_made_by_the_step():
     assert made == by_hand
 
 
-@pytest.mark.apiserver
 @pytest.mark.parametrize("predictor", [
     Predictor(f"pvc://gpt-pvc/{RUN_ID}/model"),
     Predictor("s3://models/runs/r1", service_account="gpt-s3"),
@@ -103,7 +97,6 @@ def test_every_service_the_step_writes_is_admitted_by_kserves_crd_and_webhook(ks
         assert made["spec"]["predictor"]["serviceAccountName"] == "gpt-s3"
 
 
-@pytest.mark.apiserver
 def test_a_re_apply_updates_the_same_service_and_the_step_owns_its_fields(kserve_api):
     ns = namespace()
     name = service_name(RUN_ID, ns)
@@ -124,68 +117,3 @@ def test_a_re_apply_updates_the_same_service_and_the_step_owns_its_fields(kserve
     assert (managed["manager"], managed["operation"]) == (FIELD_MANAGER, "Apply")
     listed = kserve_api.list_namespaced_custom_object(GROUP, VERSION, ns, PLURAL)["items"]
     assert [i["metadata"]["name"] for i in listed] == [name]
-
-
-def test_an_api_server_without_kserve_is_one_line_naming_the_service(custom_api):
-    """The test API server's own answer for an API group it does not serve, which is what a
-    cluster without KServe's CRDs answers (the session's server may serve KServe's by now, so
-    the apply goes to a group no test installs)."""
-    body = build_inferenceservice("gpt-r", "kubeflow", "r", Predictor("pvc://gpt-pvc/r/model"))
-    body["apiVersion"] = "not-installed.kserve.io/v1beta1"
-    with pytest.raises(Exception) as err:
-        server_side_apply(custom_api, body)
-    line = str(api_refusal(err.value, "kubeflow/gpt-r"))
-    assert line == ("InferenceService kubeflow/gpt-r: the API server has no serving.kserve.io/"
-                    "v1beta1 inferenceservices (HTTP 404): KServe is not installed; install "
-                    "KServe (its CRDs and controller) or run without serve")  # fmt: skip
-
-
-# What a Kubernetes API server answers a request RBAC forbids (apiserver's
-# endpoints/handlers/responsewriters/errors.go forbiddenMessage, as `kubectl` shows it).
-FORBIDDEN = {
-    "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-    "message": 'inferenceservices.serving.kserve.io "gpt-r" is forbidden: User '
-               '"system:serviceaccount:kubeflow:pipeline-runner" cannot patch resource '
-               '"inferenceservices" in API group "serving.kserve.io" in the namespace "kubeflow"',
-    "reason": "Forbidden",
-    "details": {"name": "gpt-r", "group": "serving.kserve.io", "kind": "inferenceservices"},
-    "code": 403,
-}  # fmt: skip
-
-
-def test_rbac_forbidding_the_apply_is_one_line_saying_what_to_grant():
-    from kubernetes import client
-
-    class Forbids(http.server.BaseHTTPRequestHandler):
-        def do_PATCH(self):  # noqa: N802
-            self.rfile.read(int(self.headers["Content-Length"]))
-            body = json.dumps(FORBIDDEN).encode()
-            self.send_response(403)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args):
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Forbids)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        config = client.Configuration(host=f"http://127.0.0.1:{server.server_port}")
-        api = client.CustomObjectsApi(client.ApiClient(config))
-        body = build_inferenceservice("gpt-r", "kubeflow", "r", Predictor("pvc://gpt-pvc/r/model"))
-        with pytest.raises(Exception) as err:
-            server_side_apply(api, body)
-    finally:
-        server.shutdown()
-    line = str(api_refusal(err.value, "kubeflow/gpt-r"))
-    assert line.startswith("InferenceService kubeflow/gpt-r: forbidden (HTTP 403: "
-                           'inferenceservices.serving.kserve.io "gpt-r" is forbidden: User '
-                           '"system:serviceaccount:kubeflow:pipeline-runner" cannot patch')
-    assert line.endswith("grant the step's service account patch, get and watch on "
-                         "inferenceservices.serving.kserve.io in the namespace "
-                         "(manifests/standalone/rbac.yaml; in a profile namespace "
-                         "default-editor has them)")
-    assert "\n" not in line
-    assert isinstance(api_refusal(err.value, "x"), ServingError)

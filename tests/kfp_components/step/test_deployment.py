@@ -119,7 +119,6 @@ class Kserve(threading.Thread):
             self.error = e
 
 
-@pytest.mark.apiserver
 def test_the_step_serves_the_run_and_says_how_to_call_it(kserve_api, server):
     url, _ = server
     ns = namespace()
@@ -144,7 +143,6 @@ def test_the_step_serves_the_run_and_says_how_to_call_it(kserve_api, server):
     assert f"kubectl -n {ns} port-forward service/{name}-predictor 8080:80" in text
 
 
-@pytest.mark.apiserver
 def test_a_model_that_does_not_load_fails_the_step_with_kserves_reason(kserve_api):
     ns = namespace()
     Kserve(kserve_api, ns, [LOADING, FAILED_LOAD])
@@ -161,7 +159,6 @@ def test_a_model_that_does_not_load_fails_the_step_with_kserves_reason(kserve_ap
     assert kserve_api.get_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, "gpt-r1")
 
 
-@pytest.mark.apiserver
 def test_a_predictor_that_gave_up_fails_at_once(kserve_api):
     gave_up = {**LOADING, "conditions": [
         condition("PredictorReady", "False", "ProgressDeadlineExceeded",
@@ -175,7 +172,6 @@ def test_a_predictor_that_gave_up_fails_at_once(kserve_api):
                backend="trainjob", api=kserve_api, say=lambda _: None)
 
 
-@pytest.mark.apiserver
 def test_not_ready_by_the_deadline_is_one_line_saying_where_to_look(kserve_api):
     ns = namespace()
     Kserve(kserve_api, ns, [LOADING])
@@ -191,7 +187,6 @@ def test_not_ready_by_the_deadline_is_one_line_saying_where_to_look(kserve_api):
         "kserve-container), or raise serve_timeout; it is left in place")
 
 
-@pytest.mark.apiserver
 def test_no_controller_is_said_at_the_deadline(kserve_api):
     ns = namespace()
     lines: list[str] = []
@@ -261,7 +256,6 @@ def test_the_component_refuses_a_typo_and_the_local_backend_in_one_line():
 
 
 @pytest.mark.process
-@pytest.mark.apiserver
 # kfp.local warns that the step's image is not this Python; running it here is the point.
 @pytest.mark.filterwarnings("ignore:You may be attemping:RuntimeWarning")
 def test_the_component_through_kfp_local_outputs_the_address_and_the_calls(
