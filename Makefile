@@ -73,6 +73,12 @@ demo: $(STAMP)  ## run the compiled pipeline end to end here with kfp.local (emb
 prompt: $(STAMP)  ## talk to the trained model of ROOT/RUN (after make demo); exit or Ctrl-D ends
 	$(PY) -m gpt generative-prompt --root $(ROOT) --run $(RUN)
 
+# What serve=kserve does on a cluster, here: transformers serve on the run's model/, on
+# localhost:8000 (OpenAI's API under /v1), after printing the curl and openai calls that reach it.
+.PHONY: serve
+serve: $(STAMP)  ## serve the model of ROOT/RUN (after make demo) on localhost:8000 with OpenAI's API
+	$(PY) -m pipeline serve-local --root $(ROOT) --run $(RUN)
+
 compile: $(STAMP)  ## compile the pipeline to pipeline/gpt_trainjobs_pipeline.yaml (commit it)
 	$(PY) -m pipeline compile
 

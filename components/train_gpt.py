@@ -2,7 +2,7 @@
 processes."""
 
 from kfp import dsl
-from kfp.dsl import HTML, Metrics, Output
+from kfp.dsl import HTML, Metrics, Model, Output
 
 from components.step.image_names import component_image
 from components.step.parameter_docs import documented
@@ -17,6 +17,7 @@ from components.step.parameter_docs import documented
 def train_gpt(
     metrics: Output[Metrics],
     report: Output[HTML],
+    model: Output[Model],
     run: str,
     init_from: str = "",
     n_layer: int = -1,
@@ -60,6 +61,9 @@ def train_gpt(
         metrics: The run's final and best losses, tokens/s, steps; for a fine-tuned run, what it
             started from (init_from, init_from_revision, init_from_weights_sha256).
         report: metrics/report.md as HTML, its loss curve inlined.
+        model: Where the run's model is (its metadata's model_uri: the s3:// export, else
+            pvc://gpt-pvc/<run>/model) and what it is (architecture, parameters, tokenizer,
+            validation bits per byte, init_from, the run).
 
     Returns:
         The run directory name, for the next stage.
@@ -73,9 +77,10 @@ def train_gpt(
     # flags with the stage's config (validate) and hands them to the stage as `--name value`.
     # Not written out name by name: that would be a second copy of the signature.
     knobs = dict(locals())
-    del knobs["metrics"], knobs["report"]
+    del knobs["metrics"], knobs["report"], knobs["model"]
     from components.step.artifacts import train_metrics, train_provenance, train_report_html
     from components.step.dispatch import run_step
+    from components.step.model_artifact import write_model_artifact
     from components.step.registration import Registration, register_run
 
     registration = Registration.take(knobs)  # the step's, after the stage: no flag of it
@@ -85,6 +90,7 @@ def train_gpt(
     metrics.metadata.update(train_provenance(step.files))
     with open(report.path, "w") as f:
         f.write(train_report_html(step.run_id, step.files))
+    write_model_artifact(model, step, knobs)
     if registration.model_registry:  # the model is on the volume and exported by now
         register_run(registration, step, knobs)
     return step.run_id

@@ -1,8 +1,11 @@
-"""`python -m pipeline compile|upload|run-local`: the compiled pipeline, to a cluster or run here.
+"""`python -m pipeline compile|upload|run-local|serve-local`: the compiled pipeline, to a
+cluster or run here, and its model served here.
 
-  compile    write pipeline/gpt_trainjobs_pipeline.yaml (committed; a test fails when it is stale)
-  upload     upload that YAML to Kubeflow Pipelines with kfp.Client (a new version if it exists)
-  run-local  run that YAML with kfp.local, every stage a local process (backend=local)
+  compile      write pipeline/gpt_trainjobs_pipeline.yaml (committed; a test fails when it is stale)
+  upload       upload that YAML to Kubeflow Pipelines with kfp.Client (a new version if it exists)
+  run-local    run that YAML with kfp.local, every stage a local process (backend=local)
+  serve-local  serve a local run's model on OpenAI's API with `transformers serve` (make serve),
+               what serve=kserve does on a cluster, after printing the calls that reach it
 """
 
 from __future__ import annotations
@@ -72,9 +75,11 @@ def run_pipeline_locally(
     """
     from kfp import components, local
 
+    from components.step.deployment import refuse_local
     from gpt.rundir import atomic, runlock
     from gpt.rundir.layout import RunDir
 
+    refuse_local(overrides.get("serve", ""), "local")  # before anything runs, not after training
     root = root.resolve()
     rundir = RunDir.of(root, run_id)
     outputs = root / "kfp-outputs" / run_id
@@ -100,6 +105,33 @@ def run_pipeline_locally(
     return result
 
 
+def serve_local(root: Path, run_id: str, host: str, port: int, say=print) -> list[str]:
+    """The command that serves run `run_id`'s model/ on OpenAI's API here (`transformers serve`,
+    a cache of its own, offline), after saying the curl and openai calls that reach it. Raises
+    ValueError (one line) when the run has no model."""
+    import json
+
+    from components.serving.completion import Endpoint, curl_call, openai_call, probe_tokens
+    from gpt.rundir.layout import RunDir
+
+    model = RunDir.of(root, run_id).model_dir
+    if not (model / "config.json").is_file():
+        raise ValueError(f"{model}: no model there; train one first (make demo)")
+    config = json.loads((model / "config.json").read_text())
+    # GPT-NeoX's and GPT-2's names for the context (gpt/models/hf.py)
+    tokens = probe_tokens(config.get("max_position_embeddings") or config.get("n_positions")
+                          or 64)  # fmt: skip
+    # transformers serve names the model by the folder it was given, under /v1
+    endpoint = Endpoint(f"http://{'localhost' if host in ('127.0.0.1', '0.0.0.0') else host}"
+                        f":{port}/v1", str(model))  # fmt: skip
+    say(f"serving {model} on {endpoint.base_url} (Ctrl-C stops it); from another terminal:\n\n"
+        f"{curl_call(endpoint, max_tokens=tokens)}\n\n"
+        f"{Path(sys.executable).parent / 'python'} - <<'PY'\n"
+        f"{openai_call(endpoint, max_tokens=tokens)}PY\n")  # fmt: skip
+    return [str(Path(sys.executable).with_name("transformers")), "serve", str(model),
+            "--host", host, "--port", str(port), "--device", "cpu"]  # fmt: skip
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m pipeline", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -117,12 +149,28 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--run", default="demo")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="a pipeline parameter, e.g. --set max_iters=50 (repeatable)")
+    p = sub.add_parser("serve-local", help="serve a local run's model with transformers serve")
+    p.add_argument("--root", type=Path, default=Path("runs"))
+    p.add_argument("--run", default="demo")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8000)
     args = parser.parse_args(argv)
 
     if args.command == "compile":
         print(f"compiled {compile_pipeline(args.output)}")
     elif args.command == "upload":
         upload(args.package, args.host, args.name, args.version)
+    elif args.command == "serve-local":
+        try:
+            command = serve_local(args.root, args.run, args.host, args.port)
+        except ValueError as e:
+            print(f"python -m pipeline serve-local: error: {e}", file=sys.stderr)
+            return 2
+        sys.stdout.flush()
+        # Its own cache (its /v1/models needs one), nothing downloaded; the server replaces
+        # this process, so Ctrl-C reaches it.
+        env = {**os.environ, "HF_HOME": str(args.root / "hf-home"), "HF_HUB_OFFLINE": "1"}
+        os.execve(command[0], command, env)
     else:
         overrides = {}
         for item in args.overrides:

@@ -136,7 +136,7 @@ def train_report_html(run_id: str, files: dict[str, bytes]) -> str:
     )
 
 
-def _fence(text: str) -> str:
+def code_fence(text: str) -> str:
     """A code fence longer than any run of backticks inside `text`."""
     longest = max((len(m) for m in re.findall(r"`+", text)), default=0)
     return "`" * max(3, longest + 1)
@@ -151,6 +151,6 @@ def transcript_markdown(run_id: str, files: dict[str, bytes]) -> str:
     for i, turn in enumerate(turns, 1):
         prompt, reply = turn.get("prompt", ""), turn.get("reply", "")
         quoted = "\n".join("> " + line for line in prompt.splitlines() or [""])
-        fence = _fence(reply)
+        fence = code_fence(reply)
         parts.append(f"\n## {i}\n\n{quoted}\n\n{fence}text\n{reply}\n{fence}\n")
     return "".join(parts)

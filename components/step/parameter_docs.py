@@ -3,7 +3,8 @@
 Every parameter of a component is a knob written once, as a dataclass field with a docstring
 under it: a flag of its stage (gpt/config/configs.py; the same text is the flag's `--help`), or a
 knob of its step (`Placement`: nodes, processes, GPUs, deadlines; `StepKnobs`: backend, image,
-namespace, Secret; `Registration`: train-gpt's Model Registry). A component writes only its
+namespace, Secret; `Registration`: train-gpt's Model Registry; `Serving`: the deploy step
+after train-gpt, which takes train-gpt's knobs for the run it serves). A component writes only its
 signature (KFP reads it, and runs the function's own source in the step's container) and the
 lines a knob does not describe: its outputs, `Returns:`. `documented` fills in the rest, and
 the pipeline takes its parameters and their texts from the components (pipeline/parameters.py),
@@ -23,6 +24,7 @@ from typing import TypeVar
 
 import docstring_parser
 
+from components.step.deployment import Serving
 from components.step.dispatch import UNSET, StepKnobs
 from components.step.registration import Registration
 from components.trainjob.placement import Placement
@@ -35,7 +37,8 @@ F = TypeVar("F", bound=Callable)
 def knob_docs(stage: Stage) -> dict[str, str]:
     """Every knob a component of `stage` may have, with its text; a flag unset by default says
     how a KFP parameter leaves it unset."""
-    docs = {**field_docs(StepKnobs), **field_docs(Placement), **field_docs(Registration)}
+    docs = {**field_docs(StepKnobs), **field_docs(Placement), **field_docs(Registration),
+            **field_docs(Serving)}
     defaults = {f.name: f.default for f in dataclasses.fields(stage.config)}
     for name, doc in field_docs(stage.config).items():
         docs[name] = f"{doc} ({UNSET}: unset.)" if defaults[name] is None else doc

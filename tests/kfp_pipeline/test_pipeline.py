@@ -41,7 +41,7 @@ def compile_fresh(tmp_path: Path) -> Path:
 def test_compiles_to_the_stages_as_chained_uncached_steps(tmp_path):
     spec, platform = yaml.safe_load_all(compile_fresh(tmp_path).read_text())
     tasks = spec["root"]["dag"]["tasks"]
-    assert sorted(tasks) == sorted(STEPS)
+    assert sorted(tasks) == sorted([*STEPS, "condition-1"])  # the deploy step's: below
     # The run directory's name flows from step to step (a data dependency, not just an order).
     for before, t in zip(STEPS, STEPS[1:], strict=False):
         assert tasks[t]["inputs"]["parameters"]["run"]["taskOutputParameter"] == {
@@ -80,6 +80,49 @@ def test_compiles_to_the_stages_as_chained_uncached_steps(tmp_path):
             assert tasks[t]["inputs"]["parameters"][knob]["componentInputParameter"] == knob
             assert params[knob].get("defaultValue", "") == ""
     assert "storage_secret" not in tasks["generative-prompt"]["inputs"]["parameters"]
+
+
+def test_serve_adds_the_deploy_step_after_train_gpt_and_only_then():
+    """The compiled pipeline with serve empty (the default) runs the three stages alone; with
+    serve=kserve, also deploy-model on train-gpt's run. The committed YAML is the compile
+    (test_committed_yaml_is_what_make_compile_writes)."""
+    spec, platform = yaml.safe_load_all(COMPILED.read_text())
+    root = spec["root"]
+    assert root["inputDefinitions"]["parameters"]["serve"]["defaultValue"] == ""
+    gate = root["dag"]["tasks"]["condition-1"]
+    assert gate["triggerPolicy"]["condition"] == (
+        "inputs.parameter_values['pipelinechannel--serve'] != ''")
+    assert gate["dependentTasks"] == ["train-gpt"]
+    assert gate["inputs"]["parameters"]["pipelinechannel--train-gpt-Output"] == {
+        "taskOutputParameter": {"producerTask": "train-gpt", "outputParameterKey": "Output"}}
+    (deploy,) = spec["components"]["comp-condition-1"]["dag"]["tasks"].values()
+    assert deploy["componentRef"]["name"] == "comp-deploy-model"
+    assert deploy["inputs"]["parameters"]["run"] == {
+        "componentInputParameter": "pipelinechannel--train-gpt-Output"}
+    for knob in ("serve", "serve_timeout", "serve_gpus", "serve_service_account", "export_uri",
+                 "block_size", "namespace", "backend"):  # shared with the stages where named
+        assert deploy["inputs"]["parameters"][knob] == {
+            "componentInputParameter": f"pipelinechannel--{knob}"}, knob
+    assert not deploy.get("cachingOptions", {}).get("enableCache", False)
+    executors = platform["platforms"]["kubernetes"]["deploymentSpec"]["executors"]
+    env = {e["name"]: e["fieldPath"] for e in executors["exec-deploy-model"]["fieldPathAsEnv"]}
+    assert env["GPT_STEP_NAMESPACE"] == "metadata.namespace"
+    outputs = spec["components"]["comp-deploy-model"]["outputDefinitions"]
+    assert outputs["parameters"]["Output"]["parameterType"] == "STRING"  # the endpoint
+    assert outputs["artifacts"]["usage"]["artifactType"]["schemaTitle"] == "system.Markdown"
+    # train-gpt's Model artifact, whatever serve is
+    model = spec["components"]["comp-train-gpt"]["outputDefinitions"]["artifacts"]["model"]
+    assert model["artifactType"]["schemaTitle"] == "system.Model"
+
+
+def test_serve_kserve_is_refused_in_one_line_by_the_local_backend(tmp_path, capsys):
+    from pipeline.__main__ import main
+
+    assert main(["run-local", "--root", str(tmp_path), "--run", "r", "--set", "serve=kserve"]) == 1
+    err = capsys.readouterr().err
+    assert err == ("python -m pipeline run-local: error: serve 'kserve': the local backend has "
+                   "no KServe; serve the model on this machine with `make serve`\n")
+    assert not any(tmp_path.iterdir()), "nothing may run or be written"
 
 
 @pytest.mark.process
@@ -137,7 +180,7 @@ def test_bad_input_stops_a_step_before_anything_starts(call, message, tmp_path):
     assert not root.exists(), "a refused step must leave nothing behind"
 
 
-ART = dict(metrics=None, report=None)
+ART = dict(metrics=None, report=None, model=None)
 
 @pytest.mark.slow
 def test_the_compiled_pipeline_runs_end_to_end_with_kfp_local(tmp_path, model_registry):
@@ -181,6 +224,17 @@ def test_the_compiled_pipeline_runs_end_to_end_with_kfp_local(tmp_path, model_re
     props = version["customProperties"]
     assert props["architecture"]["string_value"] == config["architectures"][0]
     assert props["val_bits_per_byte"]["double_value"] == metrics["val_bits_per_byte"]
+    # train-gpt's Model artifact: where the model is and what it is, as KFP records it.
+    model = executor["artifacts"]["model"]["artifacts"][0]
+    assert model["metadata"]["model_uri"] == (run / "model").as_uri()
+    assert model["metadata"]["architecture"] == config["architectures"][0]
+    assert model["metadata"]["val_bits_per_byte"] == metrics["val_bits_per_byte"]
+    assert (model["metadata"]["run"], model["metadata"]["model_format"]) == ("tiny", "huggingface")
+    record = json.loads((outputs / "train-gpt" / "model").read_text())
+    assert record == model["metadata"]
+    # serve empty (the default): no deploy step ran.
+    assert sorted(p.name for p in outputs.iterdir() if p.is_dir()) == [
+        "generative-prompt", "load-corpus", "train-gpt"]
 
 
 @pytest.mark.process

@@ -72,6 +72,10 @@ def test_the_compiled_pipeline_completes_on_the_test_cluster(trainer_cluster, tm
     assert metrics["steps"] == last["step"] < 100_000  # stopped by the time budget
     assert metrics["train_loss"] == last["loss"]
     assert "data:image/png;base64," in (outputs["train-gpt"].parent / "report").read_text()
+    # train-gpt's Model artifact: the run's model/ on the claim, as KServe names it.
+    model = train["artifacts"]["model"]["artifacts"][0]["metadata"]
+    assert model["model_uri"] == f"pvc://gpt-pvc/{RUN_ID}/model"
+    assert (model["run"], model["kfp_run"]) == (RUN_ID, RUN_ID)
     corpus = json.loads(outputs["load-corpus"].read_text())["artifacts"]["corpus_stats"]
     assert corpus["artifacts"][0]["metadata"]["vocab_size"] > 0
     transcript = (outputs["generative-prompt"].parent / "transcript").read_text()

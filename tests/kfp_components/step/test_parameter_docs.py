@@ -24,7 +24,7 @@ from components.step.registration import Registration
 from components.trainjob.placement import Placement
 from gpt.stages import STAGES
 from pipeline.parameters import with_step_parameters
-from pipeline.pipeline import DEADLINES, STEPS, gpt_trainjobs_pipeline
+from pipeline.pipeline import DEADLINES, DEPLOY, STEPS, gpt_trainjobs_pipeline
 
 COMPONENTS = {step.name: step for step in STEPS}
 # Where a component's default is the step's own, not the knob's, and why.
@@ -104,7 +104,7 @@ def test_every_text_in_the_compiled_yaml_is_its_knobs(tmp_path):
     assert seen >= 40
     pipeline_params = spec["root"]["inputDefinitions"]["parameters"]
     components: dict = {}  # the first step's text of a knob steps share (load-corpus's run)
-    for c in COMPONENTS.values():
+    for c in [*COMPONENTS.values(), DEPLOY]:  # and the deploy step's own (serve, ...)
         for n, p in c.component_spec.inputs.items():
             components.setdefault(n, p)
     for name, p in pipeline_params.items():

@@ -185,7 +185,7 @@ def test_a_bad_address_is_refused_before_the_stage_runs(tmp_path, monkeypatch):
     monkeypatch.setattr(dispatch, "run_step", lambda *a: pytest.fail("the stage ran"))
     with pytest.raises(ValueError, match=r"^model_registry 'mr:8080': not an http:// or "
                                          r"https:// address$"):  # fmt: skip
-        train_gpt.python_func(metrics=None, report=None, run="r", backend="local",
+        train_gpt.python_func(metrics=None, report=None, model=None, run="r", backend="local",
                               root=str(tmp_path), model_registry="mr:8080")  # fmt: skip
 
 
@@ -242,12 +242,15 @@ def test_the_component_registers_only_after_its_stage_and_fails_in_one_line(
 
     monkeypatch.setattr(dispatch, "run_step", stage_ran)
     metrics, report = _Artifact(tmp_path / "metrics"), _Artifact(tmp_path / "report.html")
+    model = _Artifact(tmp_path / "model.json")
     with pytest.raises(RegistrationError, match=r"^model registry http://127\.0\.0\.1:1: "
                                                 r"unreachable: Cannot connect"):  # fmt: skip
-        train_gpt.python_func(metrics=metrics, report=report, run="r", backend="local",
-                              root=str(tmp_path), model_registry="http://127.0.0.1:1")  # fmt: skip
+        train_gpt.python_func(metrics=metrics, report=report, model=model, run="r",
+                              backend="local", root=str(tmp_path),
+                              model_registry="http://127.0.0.1:1")  # fmt: skip
     assert len(ran) == 1 and "model_registry" not in ran[0]  # the stage had no such flag
     assert metrics.metrics["val_bits_per_byte"] == 3.372 and Path(report.path).is_file()
+    assert model.metadata["model_uri"] == (tmp_path / "r" / "model").as_uri()
 
 
 def test_prism_sees_the_vendored_spec_but_for_its_discriminators():
