@@ -180,6 +180,35 @@ def test_a_corpus_tokenized_for_another_compaction_is_refused(earlier, tmp_path,
     assert "the data's tokenizer (gpt2 compacted to" in err[0] and "is not --init_from's" in err[0]
 
 
+def test_chat_data_fine_tunes_a_text_model_then_its_chat_model(earlier, tmp_path):
+    """Conversations (--chat true) on an earlier text run's model/: its vocabulary with the two
+    chat markers after it, whose rows start from the mean of its embedding; and on that chat
+    run's model/, the markers' own trained rows. A learning rate too small to move a float32
+    weight shows the starting rows in the export."""
+    chats = tmp_path / "chats.jsonl"
+    chats.write_text("".join(json.dumps({"messages": [
+        {"role": "user", "content": "Where?"},
+        {"role": "assistant", "content": f"{w}."}]}) + "\n"  # short: a row is 17 tokens
+        for w in ("master", "sir", "wife", "slave", "meat", "feast", "husband", "merchant")))
+    frozen = ("--max_iters", "1", "--learning_rate", "1e-30", "--weight_decay", "0",
+              "--batch_size", "2")  # fmt: skip
+
+    def tune(run: str, start: Path) -> dict:
+        corpus(tmp_path, run, "--init_from", str(start), "--source", str(chats), "--chat", "true")
+        assert in_process("train-gpt", "--root", str(tmp_path), "--run", run, "--init_from",
+                          str(start), *as_flags(TINY_FINETUNE), *frozen) == 0  # fmt: skip
+        return load_file(tmp_path / run / "model" / "model.safetensors")
+
+    text_rows = load_file(earlier.model_dir / "model.safetensors")["transformer.wte.weight"]
+    first = tune("chat", earlier.model_dir)["transformer.wte.weight"]
+    tok = load_tokenizer(RunDir.of(tmp_path, "chat").tokenizer_json)
+    assert tok.chat and tok.kept == load_tokenizer(earlier.tokenizer_json).kept
+    assert torch.equal(first[:-2], text_rows)
+    assert torch.allclose(first[-2:], text_rows.mean(0).expand(2, -1), atol=1e-6, rtol=0)
+    again = tune("again", RunDir.of(tmp_path, "chat").model_dir)["transformer.wte.weight"]
+    assert torch.equal(again, first)
+
+
 def test_fine_tuning_an_earlier_runs_model_keeps_its_vocabulary(earlier, tmp_path):
     """load-corpus with an earlier run's model/ tokenizes with its (compacted) vocabulary as it
     is, and train-gpt starts from that model, shape and all."""
