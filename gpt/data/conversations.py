@@ -19,6 +19,7 @@ conversation of a row sees the earlier ones as context, as pretraining's packed 
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
@@ -29,11 +30,21 @@ from gpt.data.records import Records
 from gpt.data.tokenfiles import TokenFiles
 from gpt.errors import InputError
 from gpt.rundir.layout import dtype_for
-from gpt.tokenizer.chat import IM_END, IM_START, MARKERS, Malformed, Renderer, check, header
+from gpt.tokenizer.chat import (
+    IM_END,
+    IM_START,
+    MARKERS,
+    Malformed,
+    Renderer,
+    check,
+    header,
+    token_lengths,
+)
 from gpt.tokenizer.kinds import GPT2Tokenizer
 from gpt.tokenizer.ranks import ENDOFTEXT
 
 CONVERSATIONS_AT_ONCE = 4096  # conversations read back at a time while packing
+COUNT_EVERY = 1 << 20  # ids held before they are counted (a bincount a conversation is slow)
 SPLITS = ("train", "val")
 
 
@@ -48,8 +59,21 @@ class Conversations:
         self.paths = {k: scratch / f"chat.{k}" for k in ("ids", "counted", "lengths")}
         for path in self.paths.values():
             path.write_bytes(b"")
-        self.counts = np.zeros(tok.vocab_size, dtype=np.int64)
+        self._counts = np.zeros(tok.vocab_size, dtype=np.int64)
+        self._uncounted: list[np.ndarray] = []
+        self._held = 0
         self.count = self.cut = 0
+
+    def counts(self) -> np.ndarray:
+        """How often each id occurs in the conversations taken so far."""
+        self._count_held()
+        return self._counts
+
+    def _count_held(self) -> None:
+        if self._uncounted:
+            ids = np.concatenate(self._uncounted)
+            self._counts += np.bincount(ids, minlength=len(self._counts))
+            self._uncounted, self._held = [], 0
 
     def take(self, origin: str, records: Iterable[tuple[str, object]],
              write: Callable[[bytes], object], max_bytes: int) -> Records:
@@ -74,15 +98,18 @@ class Conversations:
                 ids.write(rendered.ids.astype(np.uint32).tobytes())
                 counted.write(rendered.counted.tobytes())
                 lengths.write(np.int64(len(rendered.ids)).tobytes())
-                self.counts += np.bincount(rendered.ids, minlength=len(self.counts))
+                self._uncounted.append(rendered.ids)
+                self._held += len(rendered.ids)
+                if self._held >= COUNT_EVERY:
+                    self._count_held()
                 self.cut += rendered.cut
                 self.count += 1
                 kept = turns[: _turns_in(rendered.ids, self.renderer.start)]
                 text = "".join(f"{IM_START}{header(r)}{c}{IM_END}\n" for r, c in kept)
-                data = ("\n" if self.count > 1 else "") + text
-                write(data.encode("utf-8"))
+                data = (("\n" if self.count > 1 else "") + text).encode("utf-8")
+                write(data)
                 out.documents += 1
-                out.kept_bytes += len(data.encode("utf-8"))
+                out.kept_bytes += len(data)
                 if out.kept_bytes > max_bytes:
                     raise InputError(f"--source {origin!r}: more than --max_bytes {max_bytes} "
                                      "bytes of conversations")
@@ -101,27 +128,27 @@ class Conversations:
         if compact and tok.kept is None:
             # Every token the conversations use, and never --max_vocab's byte fallback, which
             # would split a counted token into several.
-            tok = GPT2Tokenizer.fit_counts(self.counts[: tok.base_size()], 0, chat=True)
+            tok = GPT2Tokenizer.fit_counts(self.counts()[: tok.base_size()], 0, chat=True)
             lookup = np.full(self.tok.vocab_size, -1, dtype=np.int64)
             lookup[tok.kept] = np.arange(len(tok.kept))
             lookup[-len(MARKERS):] = np.arange(tok.base_size(), tok.vocab_size)
         n_train = int(self.count * (1 - val_fraction))
         if not 0 < n_train < self.count:
-            raise InputError(f"{self.count} conversation(s): too few for --val_fraction "
-                             f"{val_fraction} to leave one in each split")
-        lengths = _token_lengths(tok)
+            raise InputError(f"--val_fraction {val_fraction}: {self.count:,} conversation(s) "
+                             "leave none for one of the splits; more conversations are needed")
+        lengths = token_lengths(tok.bpe)
         tokens, nbytes, counted = [0, 0], [0, 0], [0, 0]
-        conversations = self._read(lookup)
-        for split, n in enumerate((n_train, self.count - n_train)):
-            with (open(out / f"{SPLITS[split]}.bin", "wb") as ids_f,
-                  open(out / f"{SPLITS[split]}.mask", "wb") as mask_f):  # fmt: skip
-                for ids, mask in pack(itertools.islice(conversations, n), self.limit,
-                                      tok.eot_id):
-                    ids_f.write(ids.astype(dtype_for(tok.vocab_size)).tobytes())
-                    mask_f.write(mask.tobytes())
-                    tokens[split] += len(ids)
-                    counted[split] += int(mask.sum())
-                    nbytes[split] += int(lengths[ids[mask.astype(bool)]].sum())
+        with contextlib.closing(self._read(lookup)) as conversations:
+            for split, n in enumerate((n_train, self.count - n_train)):
+                with (open(out / f"{SPLITS[split]}.bin", "wb") as ids_f,
+                      open(out / f"{SPLITS[split]}.mask", "wb") as mask_f):  # fmt: skip
+                    for ids, mask in pack(itertools.islice(conversations, n), self.limit,
+                                          tok.eot_id):
+                        ids_f.write(ids.astype(dtype_for(tok.vocab_size)).tobytes())
+                        mask_f.write(mask.tobytes())
+                        tokens[split] += len(ids)
+                        counted[split] += int(mask.sum())
+                        nbytes[split] += int(lengths[ids[mask.astype(bool)]].sum())
         return TokenFiles(tok, (tokens[0], tokens[1]), (nbytes[0], nbytes[1])), (
             counted[0], counted[1])
 
@@ -167,11 +194,6 @@ def _padded(ids: list[np.ndarray], flags: list[np.ndarray], row: int, pad: int
 def _turns_in(ids: np.ndarray, start: int) -> int:
     """How many turns a rendering holds: one `<|im_start|>` each."""
     return int((ids == start).sum())
-
-
-def _token_lengths(tok: GPT2Tokenizer) -> np.ndarray:
-    """Bytes per id of `tok` (a marker's: its spelling's)."""
-    return Renderer(tok.bpe).lengths
 
 
 def chat_tokenizer(tok: object, where: str) -> GPT2Tokenizer:

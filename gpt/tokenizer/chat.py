@@ -94,7 +94,7 @@ class Renderer:
     def __init__(self, bpe: tiktoken.Encoding) -> None:
         self.bpe = bpe
         self.start, self.end = (bpe.encode_single_token(m) for m in MARKERS)
-        self.lengths = _token_lengths(bpe)
+        self.lengths = token_lengths(bpe)
         self.newline = bpe.encode_ordinary("\n")  # after <|im_end|>: a piece of its own
 
     def turn(self, role: str, content: str) -> tuple[np.ndarray, np.ndarray]:
@@ -130,7 +130,7 @@ class Renderer:
 
 
 @functools.cache
-def _token_lengths(bpe: tiktoken.Encoding) -> np.ndarray:
+def token_lengths(bpe: tiktoken.Encoding) -> np.ndarray:
     """Bytes per id of `bpe` (a special token's: its spelling's)."""
     return np.array([len(bpe.decode_single_token_bytes(i)) for i in range(bpe.n_vocab)],
                     dtype=np.int64)
