@@ -342,6 +342,7 @@ def removal(doc: Document) -> str:
 
 
 def describe(tok: Tokenizer) -> str:
+    markers = " and the 2 chat markers" if tok.chat else ""
     if isinstance(tok, GPT2Tokenizer) and tok.kept is not None:
-        return f"gpt2 compacted to {tok.vocab_size:,} of {tok.enc.n_vocab:,} tokens"
-    return f"{tok.name}, vocabulary {tok.vocab_size:,}"
+        return f"gpt2 compacted to {tok.base_size():,} of {tok.enc.n_vocab:,} tokens{markers}"
+    return f"{tok.name}, vocabulary {tok.vocab_size:,}{markers}"
