@@ -289,8 +289,12 @@ class Reader:
                 path = self.decompressed(origin, path, fmt.compression)
             inner = parquet_lists(origin, path, MESSAGES, CHAT_HINT)
             values = ((f"row {n}", v) for n, v in enumerate(inner, 1))
+        def write(data: bytes) -> None:
+            self.write(data)
+            self.progress(len(data))
+
         with contextlib.closing(inner):  # its reading thread stops here, even on an error
-            got = self.chat(origin, values, self.write, self.left)
+            got = self.chat(origin, values, write, self.left)
         (self.scratch / "decompressed").unlink(missing_ok=True)
         return Document(origin, size, sha256, got.kept_bytes, {}, str(fmt), got.documents,
                         got.skipped)
