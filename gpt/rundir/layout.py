@@ -222,8 +222,10 @@ class DataMeta(CorpusInputs):
 
     def describe(self) -> str:
         """The data in one line, for logs and reports."""
+        chat = (f" in conversations, the loss on the assistant's {self.train_counted:,} / "
+                f"{self.val_counted:,}" if self.chat else "")
         return (f"{self.tokenizer} tokenizer, vocab {self.vocab_size}, {self.train_tokens:,} "
-                f"train / {self.val_tokens:,} validation tokens")
+                f"train / {self.val_tokens:,} validation tokens{chat}")
 
     def bits_per_byte(self, nats_per_token: float) -> float:
         """Validation loss per byte of cleaned text (chat data: of the tokens the loss counts),

@@ -231,6 +231,9 @@ def test_train_gpt_counts_only_the_mask_and_exports_a_chat_model(chat_run, capsy
                       "eval_interval": 2})
     assert in_process("train-gpt", "--root", str(chat_run.root), "--run", chat_run.run_id,
                       *flags) == 0  # fmt: skip
+    said = capsys.readouterr().out
+    assert f"validation tokens in conversations, the loss on the assistant's " \
+           f"{data.meta.train_counted:,} / {data.meta.val_counted:,}" in said
     model = chat_run.model_dir
     config = json.loads((model / TOKENIZER_CONFIG).read_text())
     assert config["eos_token"] == IM_END and "<|im_start|>" in config["chat_template"]
