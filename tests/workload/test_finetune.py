@@ -180,32 +180,42 @@ def test_a_corpus_tokenized_for_another_compaction_is_refused(earlier, tmp_path,
     assert "the data's tokenizer (gpt2 compacted to" in err[0] and "is not --init_from's" in err[0]
 
 
-def test_chat_data_fine_tunes_a_text_model_then_its_chat_model(earlier, tmp_path):
-    """Conversations (--chat true) on an earlier text run's model/: its vocabulary with the two
-    chat markers after it, whose rows start from the mean of its embedding; and on that chat
-    run's model/, the markers' own trained rows. A learning rate too small to move a float32
-    weight shows the starting rows in the export."""
-    chats = tmp_path / "chats.jsonl"
+def chat_tune(root: Path, run: str, start: str) -> torch.Tensor:
+    """Conversations (--chat true) fine-tuned one iteration from `start` at a learning rate too
+    small to move a float32 weight: the export's embedding is where the run started."""
+    chats = root / f"{run}.jsonl"
     chats.write_text("".join(json.dumps({"messages": [
         {"role": "user", "content": "Where?"},
         {"role": "assistant", "content": f"{w}."}]}) + "\n"  # short: a row is 17 tokens
         for w in ("master", "sir", "wife", "slave", "meat", "feast", "husband", "merchant")))
-    frozen = ("--max_iters", "1", "--learning_rate", "1e-30", "--weight_decay", "0",
-              "--batch_size", "2")  # fmt: skip
+    corpus(root, run, "--init_from", start, "--source", str(chats), "--chat", "true")
+    assert in_process("train-gpt", "--root", str(root), "--run", run, "--init_from", start,
+                      *as_flags(TINY_FINETUNE), "--max_iters", "1", "--learning_rate", "1e-30",
+                      "--weight_decay", "0", "--batch_size", "2") == 0  # fmt: skip
+    return load_file(root / run / "model" / "model.safetensors")["transformer.wte.weight"]
 
-    def tune(run: str, start: Path) -> dict:
-        corpus(tmp_path, run, "--init_from", str(start), "--source", str(chats), "--chat", "true")
-        assert in_process("train-gpt", "--root", str(tmp_path), "--run", run, "--init_from",
-                          str(start), *as_flags(TINY_FINETUNE), *frozen) == 0  # fmt: skip
-        return load_file(tmp_path / run / "model" / "model.safetensors")
 
+def test_chat_data_fine_tunes_gpt2_with_new_rows_for_the_markers(gpt2_root, offline):
+    """GPT-2 has no chat markers: they become two rows at the mean of its embedding, after the
+    rows of the conversations' tokens."""
+    exported = chat_tune(gpt2_root, "chat", "gpt2")  # the root whose Hub cache holds "gpt2"
+    table = load_file(gpt2_root / "gpt2-folder" / "model.safetensors")["transformer.wte.weight"]
+    tok = load_tokenizer(RunDir.of(gpt2_root, "chat").tokenizer_json)
+    assert tok.chat and exported.shape[0] == len(tok.kept) + 2
+    assert torch.equal(exported[:-2], table[tok.kept])
+    assert torch.allclose(exported[-2:], table.mean(0).expand(2, -1), atol=1e-6, rtol=0)
+
+
+def test_chat_data_fine_tunes_a_text_model_then_its_chat_model(earlier, tmp_path):
+    """On an earlier text run's model/: its vocabulary with the two chat markers after it,
+    their rows at the mean of its embedding; on that chat run's model/, its own rows."""
     text_rows = load_file(earlier.model_dir / "model.safetensors")["transformer.wte.weight"]
-    first = tune("chat", earlier.model_dir)["transformer.wte.weight"]
+    first = chat_tune(tmp_path, "chat", str(earlier.model_dir))
     tok = load_tokenizer(RunDir.of(tmp_path, "chat").tokenizer_json)
     assert tok.chat and tok.kept == load_tokenizer(earlier.tokenizer_json).kept
     assert torch.equal(first[:-2], text_rows)
     assert torch.allclose(first[-2:], text_rows.mean(0).expand(2, -1), atol=1e-6, rtol=0)
-    again = tune("again", RunDir.of(tmp_path, "chat").model_dir)["transformer.wte.weight"]
+    again = chat_tune(tmp_path, "again", str(RunDir.of(tmp_path, "chat").model_dir))
     assert torch.equal(again, first)
 
 
