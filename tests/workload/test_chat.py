@@ -10,6 +10,12 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
+import shutil
+import socket
+import subprocess
+import time
+import urllib.request
 from pathlib import Path
 
 import numpy as np
@@ -17,11 +23,18 @@ import pytest
 import torch
 from support.runs import TINY, as_flags, in_process
 
-from gpt.config.configs import GPTConfig
+from gpt.config.configs import GPTConfig, SamplingConfig
+from gpt.generation.sampling import generate
 from gpt.models import pretrained
-from gpt.models.export import EMBEDDING, TOKENIZER, TOKENIZER_CONFIG, tokenizer_config
+from gpt.models.export import (
+    EMBEDDING,
+    TOKENIZER,
+    TOKENIZER_CONFIG,
+    load_export,
+    tokenizer_config,
+)
 from gpt.rundir.layout import DataMeta, RunDir
-from gpt.tokenizer.chat import IM_END, IM_START, MARKERS
+from gpt.tokenizer.chat import IM_END, IM_START, MARKERS, Renderer, header
 from gpt.tokenizer.huggingface import hf_tokenizer, tokenizer_from_hf
 from gpt.tokenizer.kinds import GPT2Tokenizer, load_tokenizer, tokenizer_from_json
 
@@ -280,3 +293,71 @@ def test_a_text_corpus_is_untouched(tmp_path: Path):
     assert not {"chat", "train_counted", "val_counted"} & meta.keys()
     assert "chat" not in json.loads(run.tokenizer_json.read_text())
     assert not run.train_mask.exists() and not run.val_mask.exists()
+
+
+def test_kserves_server_answers_the_conversation_with_our_template_and_greedy_reply(
+        chat_run, kserve_server, tmp_path):  # fmt: skip
+    """The round trip: a conversation file (load-corpus, `chat_run`), trained on (train-gpt),
+    exported, served by KServe's own Hugging Face server (kserve/kserve v0.20.0's
+    huggingfaceserver, backend `huggingface`, as its `kserve-huggingfaceserver` runtime runs
+    it): `/openai/v1/chat/completions`, streamed and not, through the `openai` client, renders
+    the export's template (without one it answers HTTP 500) and replies what our sampling
+    engine replies, greedily, to the conversation as load-corpus renders it."""
+    import openai
+
+    run = RunDir.of(tmp_path, "served")
+    shutil.copytree(chat_run.data_dir, run.data_dir)
+    assert in_process("train-gpt", "--root", str(tmp_path), "--run", "served", *as_flags(
+        {**TINY, "block_size": BLOCK, "max_iters": 150, "eval_interval": 150})) == 0
+    model, tok = load_export(run.model_dir)
+    messages = [{"role": "system", "content": "Answer in one line."},
+                {"role": "user", "content": "Where is the ship?"}]
+    renderer = Renderer(tok.bpe)
+    prompt = [i for m in messages for i in renderer.turn(m["role"], m["content"])[0].tolist()]
+    prompt += tok.bpe.encode(IM_START + header("assistant"), allowed_special={IM_START})
+    n = 12
+    reply = list(generate(model, prompt, SamplingConfig(temperature=0, max_new_tokens=n),
+                          eot_id=tok.vocab_size - 1, vocab_size=tok.vocab_size))
+    # A server's reply leaves special tokens out (skip_special_tokens)
+    ours = tok.decode(i for i in reply if i < tok.base_size() and i != tok.eot_id)
+    assert ours.strip() and len(reply) < n  # a reply, ended by <|im_end|>
+
+    ports = []
+    for _ in range(2):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            ports.append(s.getsockname()[1])
+    log = (tmp_path / "server.log").open("w")
+    server = subprocess.Popen(
+        [str(kserve_server), "-m", "huggingfaceserver", "--model_dir", str(run.model_dir),
+         "--model_name", "chat", "--backend", "huggingface", "--http_port", str(ports[0]),
+         "--grpc_port", str(ports[1])],
+        env={**os.environ, "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf")},
+        stdout=log, stderr=subprocess.STDOUT)  # fmt: skip
+    try:
+        url = f"http://127.0.0.1:{ports[0]}"
+        end = time.monotonic() + 180
+        while True:
+            try:
+                with urllib.request.urlopen(f"{url}/v1/models/chat", timeout=2):
+                    break
+            except OSError:
+                assert server.poll() is None, (tmp_path / "server.log").read_text()[-2000:]
+                assert time.monotonic() < end, "KServe's server did not start"
+                time.sleep(0.5)
+        client = openai.OpenAI(base_url=f"{url}/openai/v1", api_key="unused")
+        whole = client.chat.completions.create(model="chat", messages=messages, max_tokens=n,
+                                               temperature=0)  # fmt: skip
+        assert whole.choices[0].message.content == ours
+        # It stopped at <|im_end|> as ours did (generation_config.json's eos_token_id), which
+        # it counts; its finish_reason says "length" all the same (KServe's, not checked here).
+        assert whole.usage.completion_tokens == len(reply) + 1
+        stream = client.chat.completions.create(model="chat", messages=messages, max_tokens=n,
+                                                temperature=0, stream=True)  # fmt: skip
+        pieces = [c.choices[0].delta.content for c in stream
+                  if c.choices and c.choices[0].delta.content]
+        assert len(pieces) > 1, "not streamed"
+        assert "".join(pieces) == ours
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
