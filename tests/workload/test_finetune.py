@@ -195,6 +195,7 @@ def chat_tune(root: Path, run: str, start: str) -> torch.Tensor:
     return load_file(root / run / "model" / "model.safetensors")["transformer.wte.weight"]
 
 
+@pytest.mark.slow
 def test_chat_data_fine_tunes_gpt2_with_new_rows_for_the_markers(gpt2_root, offline):
     """GPT-2 has no chat markers: they become two rows at the mean of its embedding, after the
     rows of the conversations' tokens."""
