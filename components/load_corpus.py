@@ -17,6 +17,7 @@ def load_corpus(
     kfp_run_id: str = "",
     source: str = "default",
     text_field: str = "text",
+    chat: bool = False,
     init_from: str = "",
     tokenizer: str = "gpt2",
     compact: bool = True,

@@ -461,6 +461,10 @@ class CorpusConfig(InitFromConfig, ContextConfig, RunConfig):
     .parquet (one document a record), each optionally .gz, .zst, .bz2 or .xz."""
     text_field: str = "text"
     """JSON Lines and Parquet sources: the field (column) holding each record's text."""
+    chat: bool = False
+    """Records are conversations: each JSON Lines or Parquet record's 'messages' (an array of
+    {role: system, user or assistant; content}), rendered with the chat template, the loss on
+    the assistant's turns alone (gpt2 tokenizer only)."""
     tokenizer: Literal["gpt2", "char"] = "gpt2"
     """gpt2: GPT-2 BPE (tiktoken, offline); char: one token per character of the corpus. With
     --init_from, the kind of that model's tokenizer, which is used instead."""
@@ -509,6 +513,9 @@ class CorpusConfig(InitFromConfig, ContextConfig, RunConfig):
             raise ValueError(f"--max_bytes {self.max_bytes}: must be at least 1")
         if not self.text_field:
             raise ValueError("--text_field '': name the field holding each record's text")
+        if self.chat and self.tokenizer != "gpt2":
+            raise ValueError(f"--chat true: needs --tokenizer gpt2 (the chat markers are BPE "
+                             f"special tokens), not {self.tokenizer}")
 
 
 _DEVICE = re.compile(r"^(auto|cpu|mps|cuda(:\d+)?)$")

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from gpt.config.configs import CorpusConfig
+from gpt.data.conversations import Conversations, chat_tokenizer
 from gpt.data.formats import Format, format_or_text
 from gpt.data.sources import Document, Download, canonical, corpus_files, kind_of, read_source
 from gpt.data.tokenfiles import TokenFiles, tokenize_file, tokenize_with
@@ -100,16 +101,28 @@ def build(cfg: CorpusConfig) -> DataMeta | None:
     with scratch_dir(rundir.path, what="the corpus (download, cleaned text, token ids)") as scratch:
         text_path = scratch / rundir.text_txt.name
         breaks = Breaks(scratch / "breaks")
-        text, docs = clean(cfg, kind, text_path, scratch, breaks)
-        inputs = inputs_of(cfg, text, breaks.count + 1)
+        chats = None
+        if cfg.chat:  # conversations: rendered as they are read (gpt/data/conversations.py)
+            tok = init_from_tokenizer(cfg) or GPT2Tokenizer()
+            chats = Conversations(chat_tokenizer(tok, "--chat true"), scratch, cfg.block_size + 1)
+        text, docs = clean(cfg, kind, text_path, scratch, breaks, chats)
+        inputs = inputs_of(cfg, text, chats.count if chats else breaks.count + 1)
         if up_to_date(rundir, inputs, cfg.overwrite):
             return None
-        out = tokenize(cfg, text_path, text, scratch, breaks.finish())
-        meta = meta_of(inputs, out)
+        if chats:
+            out, counted = chats.token_files(cfg.compact, cfg.val_fraction, scratch)
+            meta = dataclasses.replace(meta_of(inputs, out), train_counted=counted[0],
+                                       val_counted=counted[1])
+            say_conversations(chats, out)
+        else:
+            out = tokenize(cfg, text_path, text, scratch, breaks.finish())
+            meta = meta_of(inputs, out)
         source = {
             "source": inputs.source,
             "kind": kind,
-            **({"text_field": cfg.text_field} if any(d.format != "txt" for d in docs) else {}),
+            **({"text_field": cfg.text_field} if any(d.format != "txt" for d in docs)
+               and not chats else {}),
+            **({"chat": chats.report()} if chats else {}),
             "documents": [doc.record() for doc in docs],
             "kept_bytes": text.nbytes,
             "sha256": inputs.corpus_sha256,
@@ -118,15 +131,25 @@ def build(cfg: CorpusConfig) -> DataMeta | None:
     return meta
 
 
+def say_conversations(chats: Conversations, out: TokenFiles) -> None:
+    """The chat path's lines of the stage's report: conversations kept and cut, the rows."""
+    print(f"corpus: {chats.count:,} conversations rendered with the chat template, "
+          f"{chats.cut:,} cut at a turn boundary to fit --block_size {chats.limit - 1}; "
+          f"{out.tokens[0] // chats.limit:,} training and {out.tokens[1] // chats.limit:,} "
+          f"validation rows of {chats.limit} tokens")
+    print(f"corpus: tokenizer {describe(out.tokenizer)}")
+
+
 def clean(cfg: CorpusConfig, kind: str, text_path: Path, scratch: Path,
-          breaks: Breaks) -> tuple[TextFile, list[Document]]:
+          breaks: Breaks, chats: Conversations | None = None) -> tuple[TextFile, list[Document]]:
     """Read --source (of `kind`) cleaned into `text_path`, where its documents meet into
-    `breaks`, downloads into `scratch`; say what each file gave."""
+    `breaks`, downloads into `scratch`; say what each file gave. With `chats`, records are
+    conversations it renders (and `text_path` their rendered text)."""
     reading = Progress("cleaned", source_bytes(cfg.source))
     with open(text_path, "wb") as f:
         text = TextFile(f)
         docs = read_source(cfg.source, download_of(cfg), scratch, text.write, reading.update,
-                           cfg.text_field, breaks.add)
+                           cfg.text_field, breaks.add, chats.take if chats else None)
     reading.done()
     for doc in docs:
         print(f"corpus: read {doc.origin} ({kind}): {doc.raw_bytes:,} bytes{records(doc)}; "
@@ -142,12 +165,14 @@ def inputs_of(cfg: CorpusConfig, text: TextFile, documents: int) -> CorpusInputs
         source=canonical(cfg.source),
         tokenizer=cfg.tokenizer,
         compact=compacted,
-        max_vocab=cfg.max_vocab if compacted and not cfg.init_from else 0,
+        # chat: every token the conversations use (gpt/data/conversations.py says why)
+        max_vocab=cfg.max_vocab if compacted and not cfg.init_from and not cfg.chat else 0,
         val_fraction=cfg.val_fraction,
         block_size=cfg.block_size,
         corpus_sha256=text.sha256.hexdigest(),
         init_from=model_source.parse(cfg.init_from).canonical if cfg.init_from else "",
         documents=documents,
+        chat=cfg.chat,
     )
 
 
@@ -270,13 +295,14 @@ def up_to_date(rundir: RunDir, inputs: CorpusInputs, overwrite: bool) -> bool:
 def whole(rundir: RunDir, meta: dict[str, Any]) -> bool:
     """Every output is there, and corpus/ is the text that data/ was made from (the two are
     renamed into place one after the other)."""
-    if not all(p.exists() for p in outputs(rundir)):
+    if not all(p.exists() for p in outputs(rundir, meta.get("chat") is True)):
         return False
     return read_json_object(rundir.source_json).get("sha256") == meta.get("corpus_sha256")
 
 
-def outputs(rundir: RunDir) -> list[Path]:
-    return [rundir.text_txt, rundir.source_json, rundir.train_bin, rundir.val_bin,
+def outputs(rundir: RunDir, chat: bool = False) -> list[Path]:
+    masks = [rundir.train_mask, rundir.val_mask] if chat else []
+    return [rundir.text_txt, rundir.source_json, rundir.train_bin, rundir.val_bin, *masks,
             rundir.tokenizer_json, rundir.meta_json]
 
 
@@ -292,7 +318,8 @@ def write(
     ):
         os.replace(scratch / rundir.text_txt.name, corpus / rundir.text_txt.name)
         write_json(corpus / rundir.source_json.name, source, what="the corpus's source record")
-        for f in (rundir.train_bin, rundir.val_bin):
+        masks = (rundir.train_mask, rundir.val_mask) if meta.chat else ()
+        for f in (rundir.train_bin, rundir.val_bin, *masks):
             os.replace(scratch / f.name, data / f.name)
         write_json(data / rundir.tokenizer_json.name, tok.to_json(), what="the tokenizer")
         meta.write(data / rundir.meta_json.name)
@@ -315,6 +342,7 @@ def removal(doc: Document) -> str:
 
 
 def describe(tok: Tokenizer) -> str:
+    markers = " and the 2 chat markers" if tok.chat else ""
     if isinstance(tok, GPT2Tokenizer) and tok.kept is not None:
-        return f"gpt2 compacted to {tok.vocab_size:,} of {tok.enc.n_vocab:,} tokens"
-    return f"{tok.name}, vocabulary {tok.vocab_size:,}"
+        return f"gpt2 compacted to {tok.base_size():,} of {tok.enc.n_vocab:,} tokens{markers}"
+    return f"{tok.name}, vocabulary {tok.vocab_size:,}{markers}"

@@ -1,5 +1,5 @@
 """Documents from records: JSON Lines and Parquet files, streamed, each record's text field one
-document.
+document (or, for chat data, its `messages`: gpt/data/conversations.py).
 
 A JSON Lines file is read in chunks and cut into lines (a line may be at most MAX_LINE bytes);
 each non-blank line must be a JSON object (orjson parses it, the standard json where orjson
@@ -17,6 +17,7 @@ import re
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from gpt.data.ahead import ahead
 from gpt.data.cleaning import SEPARATOR, clean
@@ -62,6 +63,15 @@ def jsonl_texts(origin: str, chunks: Iterable[bytes], text_field: str) -> Iterat
     """The field `text_field` of every record of a JSON Lines stream (None where it is null);
     refuses a line that is no JSON object, a field that is not a string, and (once the whole
     file is read, to say how many) records without the field."""
+    for _, text in jsonl_values(origin, chunks, text_field):
+        yield text  # type: ignore[misc]
+
+
+def jsonl_values(origin: str, chunks: Iterable[bytes], name: str, string: bool = True,
+                 hint: str = "choose it with --text_field") -> Iterator[tuple[int, object]]:
+    """(line, value) of the field `name` of every record of a JSON Lines stream: a string or
+    null where `string`, else any JSON value; refuses what `jsonl_texts` refuses, `hint`
+    saying what to do about records without the field."""
     if loads is None:
         import orjson
 
@@ -70,12 +80,13 @@ def jsonl_texts(origin: str, chunks: Iterable[bytes], text_field: str) -> Iterat
         parse = loads
     missing = Missing()
     for line_no, line in enumerate(_lines(origin, chunks), 1):
-        if (text := _field_of(origin, line, line_no, text_field, missing, parse)) is not _NO_TEXT:
-            yield text  # type: ignore[misc]
+        value = _field_of(origin, line, line_no, name, missing, parse, string)
+        if value is not _NO_TEXT:
+            yield line_no, value
     if missing.count:
         raise InputError(
             f"--source {origin!r}: {missing.count:,} record(s) without the field "
-            f"{text_field!r} (the first on line {missing.first}); choose it with --text_field"
+            f"{name!r} (the first on line {missing.first}); {hint}"
         )
 
 
@@ -95,8 +106,9 @@ def _lines(origin: str, chunks: Iterable[bytes]) -> Iterator[bytes]:
 
 
 def _field_of(origin: str, line: bytes, line_no: int, text_field: str, missing: Missing,
-              parse: Callable[[bytes], object]) -> object:
-    """The field of the record on `line` (None where null), or _NO_TEXT."""
+              parse: Callable[[bytes], object], string: bool = True) -> object:
+    """The field of the record on `line` (None where null; a string unless not `string`), or
+    _NO_TEXT."""
     if not line or line.isspace():
         return _NO_TEXT
     try:
@@ -116,7 +128,7 @@ def _field_of(origin: str, line: bytes, line_no: int, text_field: str, missing: 
         missing.first = missing.first or line_no
         return _NO_TEXT
     value = record[text_field]
-    if value is not None and not isinstance(value, str):
+    if string and value is not None and not isinstance(value, str):
         raise InputError(f"--source {origin!r}: line {line_no}: field {text_field!r} is a JSON "
                          f"{_json_type(value)}, not a string")
     return value
@@ -170,6 +182,35 @@ def parquet_texts(origin: str, path: Path, text_field: str) -> Iterator[str | No
     refuses a file without that column (naming the columns it has) or with a column that is
     not a string."""
     import pyarrow as pa
+
+    def is_string(kind: pa.DataType) -> bool:
+        return (pa.types.is_string(kind) or pa.types.is_large_string(kind)
+                or getattr(pa.types, "is_string_view", lambda t: False)(kind))
+
+    # NumPy's object array of str: 1.5x to_pylist's speed (no Arrow scalars)
+    return _parquet_column(origin, path, text_field, is_string, "a string",
+                           lambda column: column.to_numpy(zero_copy_only=False).tolist(),
+                           "choose one with --text_field")
+
+
+def parquet_lists(origin: str, path: Path, name: str, hint: str) -> Iterator[list | None]:
+    """The column `name` of a Parquet file, a list (of structs: a conversation's messages) per
+    row as Python lists and dicts; refuses a file without the column (`hint` saying what to
+    do) or with a column that is not a list."""
+    import pyarrow as pa
+
+    def is_list(kind: pa.DataType) -> bool:
+        return pa.types.is_list(kind) or pa.types.is_large_list(kind)
+
+    return _parquet_column(origin, path, name, is_list, "a list",
+                           lambda column: column.to_pylist(), hint)
+
+
+def _parquet_column(origin: str, path: Path, name: str, accepts: Callable[[Any], bool],
+                    wanted: str, convert: Callable[[Any], list], hint: str) -> Iterator[Any]:
+    """The column `name` of a Parquet file, row group by row group, `convert`ed to Python
+    values a batch at a time; its type must be one `accepts`."""
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
     try:
@@ -180,25 +221,23 @@ def parquet_texts(origin: str, path: Path, text_field: str) -> Iterator[str | No
             f"--source {origin!r}: not a readable Parquet file: {first_line(e)}"
         ) from None
     schema = pf.schema_arrow
-    if text_field not in schema.names:
-        raise InputError(f"--source {origin!r}: no column {text_field!r} (its columns: "
-                         f"{', '.join(schema.names) or 'none'}); choose one with --text_field")
-    kind = schema.field(text_field).type
-    if not (pa.types.is_string(kind) or pa.types.is_large_string(kind)
-            or getattr(pa.types, "is_string_view", lambda t: False)(kind)):
-        raise InputError(f"--source {origin!r}: column {text_field!r} is {kind}, not a string")
+    if name not in schema.names:
+        raise InputError(f"--source {origin!r}: no column {name!r} (its columns: "
+                         f"{', '.join(schema.names) or 'none'}); {hint}")
+    kind = schema.field(name).type
+    if not accepts(kind):
+        raise InputError(f"--source {origin!r}: column {name!r} is {kind}, not {wanted}")
 
-    def batches() -> Iterator[list[str | None]]:
+    def batches() -> Iterator[list[Any]]:
         for group in range(pf.num_row_groups):
-            for batch in pf.iter_batches(ROWS, row_groups=[group], columns=[text_field]):
-                # NumPy's object array of str: 1.5x to_pylist's speed (no Arrow scalars)
-                yield batch.column(0).to_numpy(zero_copy_only=False).tolist()
+            for batch in pf.iter_batches(ROWS, row_groups=[group], columns=[name]):
+                yield convert(batch.column(0))
 
     try:
         # decoded on a thread of its own while the batch before is cleaned
         with contextlib.closing(ahead(batches(), depth=1)) as decoded:
-            for texts in decoded:
-                yield from texts
+            for values in decoded:
+                yield from values
     except (pa.ArrowException, OSError) as e:
         raise InputError(f"--source {origin!r}: corrupt Parquet data: {first_line(e)}") from None
 

@@ -35,7 +35,14 @@ from gpt.config.configs import DEFAULT_SOURCE, MAX_BYTES
 from gpt.data import formats
 from gpt.data.cleaning import SEPARATOR, emit, scan
 from gpt.data.formats import Format, check_magic, format_of, format_or_text
-from gpt.data.records import jsonl_texts, parquet_texts, write_documents
+from gpt.data.records import (
+    Records,
+    jsonl_texts,
+    jsonl_values,
+    parquet_lists,
+    parquet_texts,
+    write_documents,
+)
 from gpt.errors import InputError
 from gpt.fetch.objectstore import Patience, Store, is_prefix, scheme_of
 from gpt.progress import Progress
@@ -159,15 +166,16 @@ CORPUS_FILES = "*.txt, *.jsonl, *.json or *.parquet, each optionally .gz, .zst, 
 def read_source(
     source: str, dl: Download, scratch: Path, write: Callable[[bytes], object],
     progress: Callable[[int], None] = lambda n: None, text_field: str = "text",
-    breaks: Callable[[int], None] = lambda at: None,
+    breaks: Callable[[int], None] = lambda at: None, chat: Chat | None = None,
 ) -> list[Document]:
     """Clean the documents of `source` in order, writing their kept text through `write` (as
     UTF-8 bytes), SEPARATOR (a blank line) between documents, each of whose byte offsets in the
     text `breaks` hears of (where the token files put end-of-text); returns what was read of
     each file. A URL or an object is downloaded into `scratch` first. `progress` hears of every
-    chunk cleaned. Records give their text from the field `text_field`."""
+    chunk cleaned. Records give their text from the field `text_field`; with `chat`, their
+    conversations (`messages`) go to it instead, and plain text is refused."""
     kind = kind_of(source)
-    reader = Reader(dl.max_bytes, scratch, text_field, write, progress, breaks)
+    reader = Reader(dl.max_bytes, scratch, text_field, write, progress, breaks, chat)
     if kind in ("object", "prefix", "hf"):
         docs = read_objects(source, kind, dl, reader)
     elif kind == "embedded":
@@ -201,16 +209,24 @@ def read_dir(source: str, reader: Reader) -> list[Document]:
     return [reader.read(str(p.resolve()), p, format_of(p.name)) for p in files]  # type: ignore[arg-type]
 
 
+# Where chat records go (gpt/data/conversations.py's `Conversations.take`): a file's name, its
+# records' `messages` with where each is ("line 3", "row 3"), the text's writer, --max_bytes left.
+Chat = Callable[[str, Iterator[tuple[str, object]], Callable[[bytes], object], int], Records]
+MESSAGES = "messages"  # a chat record's field: OpenAI's fine-tuning files', Hugging Face's
+CHAT_HINT = "--chat true reads each record's 'messages', an array of {role, content}"
+
+
 class Reader:
     """Reads the files of one source in turn, each by its format, into one text: SEPARATOR
     between documents (each one's offset told to `breaks`), the --max_bytes cap over them all
-    (growing files too)."""
+    (growing files too). With `chat`, records are conversations, which it takes."""
 
     def __init__(self, max_bytes: int, scratch: Path, text_field: str,
                  write: Callable[[bytes], object], progress: Callable[[int], None],
-                 breaks: Callable[[int], None] = lambda at: None) -> None:
+                 breaks: Callable[[int], None] = lambda at: None,
+                 chat: Chat | None = None) -> None:
         self.left, self.scratch, self.text_field = max_bytes, scratch, text_field
-        self._write, self.progress, self.breaks = write, progress, breaks
+        self._write, self.progress, self.breaks, self.chat = write, progress, breaks, chat
         self.offset = 0  # bytes of text written
         self.written = False  # a document has been written: the next one starts after SEPARATOR
 
@@ -224,6 +240,9 @@ class Reader:
 
     def read(self, origin: str, path: Path, fmt: Format) -> Document:
         check_magic(origin, path, fmt)
+        if fmt.kind == "txt" and self.chat:
+            raise InputError(f"--source {origin!r}: plain text holds no conversations; "
+                             f"{CHAT_HINT}, from JSON Lines or Parquet")
         if fmt.kind == "txt":
             if self.written:
                 self.separator_at(0)
@@ -238,6 +257,8 @@ class Reader:
 
     def read_records(self, origin: str, path: Path, fmt: Format) -> Document:
         size, sha256 = stored(origin, path, self.left)
+        if self.chat:
+            return self.read_conversations(origin, path, fmt, size, sha256)
         if fmt.kind == "jsonl":
             raw = (formats.chunks(origin, path, fmt.compression, self.left) if fmt.compression
                    else read_chunks(path, self.left))
@@ -252,6 +273,31 @@ class Reader:
         (self.scratch / "decompressed").unlink(missing_ok=True)  # one on disk at a time
         return Document(origin, size, sha256, got.kept_bytes, got.removed, str(fmt),
                         got.documents, got.skipped)
+
+    def read_conversations(self, origin: str, path: Path, fmt: Format, size: int,
+                           sha256: str) -> Document:
+        """A file of chat records, each record's `messages` handed to `chat`."""
+        assert self.chat is not None
+        values: Iterator[tuple[str, object]]
+        if fmt.kind == "jsonl":
+            raw = (formats.chunks(origin, path, fmt.compression, self.left) if fmt.compression
+                   else read_chunks(path, self.left))
+            inner = jsonl_values(origin, raw, MESSAGES, string=False, hint=CHAT_HINT)
+            values = ((f"line {n}", v) for n, v in inner)
+        else:
+            if fmt.compression:
+                path = self.decompressed(origin, path, fmt.compression)
+            inner = parquet_lists(origin, path, MESSAGES, CHAT_HINT)
+            values = ((f"row {n}", v) for n, v in enumerate(inner, 1))
+        def write(data: bytes) -> None:
+            self.write(data)
+            self.progress(len(data))
+
+        with contextlib.closing(inner):  # its reading thread stops here, even on an error
+            got = self.chat(origin, values, write, self.left)
+        (self.scratch / "decompressed").unlink(missing_ok=True)
+        return Document(origin, size, sha256, got.kept_bytes, {}, str(fmt), got.documents,
+                        got.skipped)
 
     def decompressed(self, origin: str, path: Path, compression: str) -> Path:
         out = self.scratch / "decompressed"

@@ -3,11 +3,13 @@ and to every tool that reads that format.
 
 `model/` holds the files transformers reads for the architecture gpt/models/hf.py maps our model
 to (GPT-NeoX with rotary positions, GPT-2 with learned ones): `config.json`,
-`generation_config.json` (end-of-text ends a reply, as it ends ours), `model.safetensors`, the
-tokenizer's `tokenizers` twin (`tokenizer.json`) and the `tokenizer_config.json` that makes it a
-fast tokenizer. `AutoModelForCausalLM.from_pretrained(model_dir)` and
-`AutoTokenizer.from_pretrained(model_dir)` load it offline with no custom code
-(tests/workload/models/test_hf.py holds them to what transformers' own `save_pretrained` writes).
+`generation_config.json` (end-of-text ends a reply, as it ends ours; a chat model's reply ends at
+`<|im_end|>` too), `model.safetensors`, the tokenizer's `tokenizers` twin (`tokenizer.json`) and
+the `tokenizer_config.json` that makes it a fast tokenizer (a chat model's also holds the chat
+template, gpt/tokenizer/chat.py, which every chat server renders).
+`AutoModelForCausalLM.from_pretrained(model_dir)` and `AutoTokenizer.from_pretrained(model_dir)`
+load it offline with no custom code (tests/workload/models/test_hf.py holds them to what
+transformers' own `save_pretrained` writes).
 Neither writing nor reading imports transformers: that import costs every train-gpt process
 1.5 s of start-up, and the files are JSON. Our CLI reads them with safetensors, json and
 tokenizers (to check `tokenizer.json` is the twin of a tokenizer it has). One directory, written
@@ -34,6 +36,7 @@ from gpt.errors import InputError, first_line
 from gpt.models import hf, lora
 from gpt.models.model import GPT
 from gpt.rundir import atomic
+from gpt.tokenizer import chat
 from gpt.tokenizer.huggingface import hf_tokenizer, tokenizer_from_hf
 from gpt.tokenizer.kinds import Tokenizer
 from gpt.tokenizer.ranks import ENDOFTEXT
@@ -63,7 +66,8 @@ def save_export(model: GPT, tokenizer: Tokenizer, dest: Path, finetuned_from: st
         CONFIG: {**hf.config_json(config, eot),
                  **({"finetuned_from": finetuned_from} if finetuned_from else {})},  # fmt: skip
         # A batch pads with end-of-text, which ends a reply anyway.
-        GENERATION: {"bos_token_id": eot, "eos_token_id": eot, "pad_token_id": eot},
+        GENERATION: {"bos_token_id": eot, "eos_token_id": eos_ids(tokenizer),
+                     "pad_token_id": eot},
         TOKENIZER_CONFIG: tokenizer_config(tokenizer, config.block_size),
     }
     with atomic.staged_dir(dest, what="the exported model") as stage:
@@ -74,11 +78,24 @@ def save_export(model: GPT, tokenizer: Tokenizer, dest: Path, finetuned_from: st
         hf_tokenizer(tokenizer).save(str(stage / TOKENIZER))
 
 
+def eos_ids(tokenizer: Tokenizer) -> int | list[int] | None:
+    """The ids that end a reply: end-of-text, and a chat model's end of turn (first: what
+    servers that take one stop at)."""
+    if not tokenizer.chat:
+        return tokenizer.eot_id
+    return [tokenizer.vocab_size - len(chat.MARKERS) + chat.MARKERS.index(chat.IM_END),
+            tokenizer.eot_id]
+
+
 def tokenizer_config(tokenizer: Tokenizer, block_size: int) -> dict[str, Any]:
     """`tokenizer_config.json`: AutoTokenizer's class for a bare `tokenizer.json` (transformers
     4 and 5 both know PreTrainedTokenizerFast; 5 names it TokenizersBackend too), the context
-    window as its `model_max_length`, and end-of-text as its BOS and EOS where there is one."""
+    window as its `model_max_length`, and end-of-text as its BOS and EOS where there is one. A
+    chat model's EOS is the end of a turn, `<|im_end|>`, as ChatML's models (Qwen's) have it,
+    and its `chat_template` renders the format it was trained on."""
     special = {} if tokenizer.eot_id is None else {"bos_token": ENDOFTEXT, "eos_token": ENDOFTEXT}
+    if tokenizer.chat:
+        special |= {"eos_token": chat.IM_END, "chat_template": chat.TEMPLATE}
     return {"tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": block_size,
             **special}  # fmt: skip
 

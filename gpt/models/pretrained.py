@@ -29,9 +29,11 @@ from gpt.fetch.model_source import FLAG
 from gpt.models import hf
 from gpt.models.export import EMBEDDING, HEAD
 from gpt.models.model import GPT
+from gpt.tokenizer.chat import MARKERS
 from gpt.tokenizer.kinds import CharTokenizer, GPT2Tokenizer, Tokenizer
 
 POSITIONS = "transformer.wpe.weight"
+NEW = -1  # `row_map`'s row for a token the pretrained model lacks (a chat marker)
 SHAPE_FLAGS = tuple(DEFAULT_SHAPE)  # what the checkpoint decides; block_size may crop
 
 
@@ -126,16 +128,24 @@ def _flag(value: object) -> str:
 
 def row_map(data: Tokenizer, theirs: Tokenizer, where: str) -> np.ndarray:
     """For each id of the data's tokenizer, the pretrained model's id of the same token: the
-    row of its embedding that id starts from. InputError (one line) when the data was
-    tokenized for another vocabulary."""
+    row of its embedding that id starts from (NEW for a chat marker it lacks). InputError (one
+    line) when the data was tokenized for another vocabulary."""
     refuse = InputError(f"{where}: the data's tokenizer ({_describe(data)}) is not {FLAG}'s "
                         f"({_describe(theirs)}) nor a compaction of it; run load-corpus with "
                         f"the same {FLAG}")
     if isinstance(data, GPT2Tokenizer) and isinstance(theirs, GPT2Tokenizer):
         if theirs.kept is None:  # GPT-2's whole vocabulary: the data's GPT-2 ids are its rows
-            return np.arange(data.vocab_size) if data.kept is None else np.array(data.kept)
-        if data.kept == theirs.kept:  # an earlier run's compaction, which load-corpus keeps
-            return np.arange(data.vocab_size)
+            rows = np.arange(data.base_size()) if data.kept is None else np.array(data.kept)
+        elif data.kept == theirs.kept:  # an earlier run's compaction, which load-corpus keeps
+            rows = np.arange(data.base_size())
+        else:
+            raise refuse
+        if not data.chat:
+            return rows
+        # The chat markers: the rows of a chat model's own, else new rows (NEW)
+        markers = np.arange(theirs.base_size(), theirs.vocab_size) if theirs.chat else (
+            np.full(len(MARKERS), NEW))
+        return np.concatenate([rows, markers])
     elif isinstance(data, CharTokenizer) and isinstance(theirs, CharTokenizer):
         if data.chars == theirs.chars:
             return np.arange(data.vocab_size)
@@ -151,9 +161,20 @@ def _describe(tok: Tokenizer) -> str:
 def initial_weights(pretrained: Pretrained, config: GPTConfig,
                     rows: np.ndarray) -> dict[str, torch.Tensor]:
     """The pretrained tensors for a model of `config` (the data's vocabulary, maybe a shorter
-    context): the embedding's rows of the data's ids (`rows`), the first block_size positions."""
+    context): the embedding's rows of the data's ids (`rows`; a NEW one the mean of its rows),
+    the first block_size positions.
+
+    Why the mean for a new token (the chat markers GPT-2 lacks): the table is also the output
+    head, so a mean row's logit is the mean of the others' logits for any hidden state: the new
+    token starts neither likely nor impossible, and the model's distributions over the old
+    tokens do not move (Hewitt, "Initializing New Word Embeddings for Pretrained Language
+    Models", 2021); a random row of the init's scale would be far from every trained row, whose
+    norms are several times larger, and give it an arbitrary logit."""
     weights = dict(pretrained.weights)
-    weights[EMBEDDING] = weights[EMBEDDING][torch.from_numpy(rows)]
+    table, new = weights[EMBEDDING], torch.from_numpy(rows == NEW)
+    picked = table[torch.from_numpy(np.where(rows == NEW, 0, rows))]
+    picked[new] = table.mean(0)
+    weights[EMBEDDING] = picked
     if config.position == "learned":
         weights[POSITIONS] = weights[POSITIONS][: config.block_size]
     return weights

@@ -84,6 +84,8 @@ class RunDir:
     data_dir = RunFile("data")
     train_bin = RunFile("data/train.bin")
     val_bin = RunFile("data/val.bin")
+    train_mask = RunFile("data/train.mask")  # chat data: which tokens the loss counts
+    val_mask = RunFile("data/val.mask")
     tokenizer_json = RunFile("data/tokenizer.json")
     meta_json = RunFile("data/meta.json")
     # ckpt/: resumable training state
@@ -145,6 +147,10 @@ class CorpusInputs:
     """The documents the cleaned text holds (records, files), end-of-text between each two in
     the token files where the tokenizer has one (`eot_id`). 1 where meta.json has none: a
     text of one document, or data made before documents were told apart (one stream)."""
+    chat: bool = dataclasses.field(default=False, kw_only=True)
+    """Conversations (load-corpus --chat true, gpt/data/conversations.py): the token files are
+    rows of block_size + 1 tokens, each whole conversations then padding, and
+    data/{train,val}.mask say which tokens the loss counts. False where meta.json has none."""
 
     def changed(self, old: dict[str, Any]) -> list[str]:
         """The input names whose value in `old` (an earlier meta.json) differs from this one."""
@@ -153,7 +159,9 @@ class CorpusInputs:
 
 
 # Inputs added to meta.json since it was first written, and what their absence meant.
-ADDED_INPUTS: dict[str, Any] = {"init_from": "", "documents": 1}
+ADDED_INPUTS: dict[str, Any] = {"init_from": "", "documents": 1, "chat": False}
+# Outputs likewise: what the token files hold, and what their absence meant.
+ADDED_OUTPUTS: dict[str, Any] = {"train_counted": 0, "val_counted": 0}
 
 
 @dataclass(frozen=True)
@@ -170,18 +178,25 @@ class DataMeta(CorpusInputs):
     val_tokens: int
     train_bytes: int
     val_bytes: int
+    train_counted: int = dataclasses.field(default=0, kw_only=True)
+    """Chat data: the tokens of the training split the loss counts (0: every one, text). The
+    bytes of chat data (`train_bytes`, `val_bytes`) are those of the counted tokens, so bits
+    per byte measure the assistant's text alone."""
+    val_counted: int = dataclasses.field(default=0, kw_only=True)
+    """Chat data: the tokens of the validation split the loss counts (0: every one, text)."""
 
     def write(self, path: Path) -> None:
-        # An added input at what its absence meant is left out: data made without it keeps the
-        # bytes it always had.
+        # An added input or output at what its absence meant is left out: data made without it
+        # keeps the bytes it always had.
+        added = {**ADDED_INPUTS, **ADDED_OUTPUTS}
         fields = {k: v for k, v in dataclasses.asdict(self).items()
-                  if k not in ADDED_INPUTS or v != ADDED_INPUTS[k]}  # fmt: skip
+                  if k not in added or v != added[k]}  # fmt: skip
         atomic.write_json(path, fields, what="the data's description")
 
     @classmethod
     def read(cls, path: Path) -> DataMeta:
         try:
-            raw = {**ADDED_INPUTS, **json.loads(path.read_text())}
+            raw = {**ADDED_INPUTS, **ADDED_OUTPUTS, **json.loads(path.read_text())}
             meta = cls(**{f.name: raw[f.name] for f in dataclasses.fields(cls)})
         except (OSError, ValueError) as e:
             raise InputError(f"{path}: unreadable ({e})") from None
@@ -209,9 +224,13 @@ class DataMeta(CorpusInputs):
 
     def describe(self) -> str:
         """The data in one line, for logs and reports."""
+        chat = (f" in conversations, the loss on the assistant's {self.train_counted:,} / "
+                f"{self.val_counted:,}" if self.chat else "")
         return (f"{self.tokenizer} tokenizer, vocab {self.vocab_size}, {self.train_tokens:,} "
-                f"train / {self.val_tokens:,} validation tokens")
+                f"train / {self.val_tokens:,} validation tokens{chat}")
 
     def bits_per_byte(self, nats_per_token: float) -> float:
-        """Validation loss per byte of cleaned text, in bits: comparable across tokenizers."""
-        return nats_per_token * self.val_tokens / (self.val_bytes * math.log(2))
+        """Validation loss per byte of cleaned text (chat data: of the tokens the loss counts),
+        in bits: comparable across tokenizers."""
+        return nats_per_token * (self.val_counted or self.val_tokens) / (
+            self.val_bytes * math.log(2))

@@ -8,6 +8,7 @@ import functools
 import json
 from typing import TYPE_CHECKING, Any
 
+from gpt.tokenizer.chat import MARKERS
 from gpt.tokenizer.kinds import CharTokenizer, GPT2Tokenizer, Tokenizer
 from gpt.tokenizer.ranks import (
     ENDOFTEXT,
@@ -34,7 +35,7 @@ def hf_tokenizer(tok: Tokenizer) -> tokenizers.Tokenizer:
 def _gpt2_to_hf(tok: GPT2Tokenizer) -> tokenizers.Tokenizer:
     from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers
 
-    gpt2_ids = range(tok.vocab_size) if tok.kept is None else tok.kept
+    gpt2_ids = range(tok.base_size()) if tok.kept is None else tok.kept
     vocab = {_hf_spelling(g): i for i, g in enumerate(gpt2_ids)}
     # Ordered by the merged token's rank, so merge priorities are GPT-2's.
     merges = [
@@ -49,7 +50,9 @@ def _gpt2_to_hf(tok: GPT2Tokenizer) -> tokenizers.Tokenizer:
         ]
     )
     hf.decoder = decoders.ByteLevel()
-    hf.add_special_tokens([AddedToken(ENDOFTEXT, special=True, normalized=False)])
+    # The chat markers take the ids after the vocabulary, as in `tok`.
+    specials = [ENDOFTEXT, *(MARKERS if tok.chat else ())]
+    hf.add_special_tokens([AddedToken(s, special=True, normalized=False) for s in specials])
     return hf
 
 
@@ -72,8 +75,9 @@ def tokenizer_from_hf(obj: dict[str, Any]) -> Tokenizer:
     if not isinstance(vocab, dict):
         raise ValueError(f"tokenizer.json: model {obj['model'].get('type')!r} has no vocab")
     spellings = sorted(vocab, key=vocab.__getitem__)
+    added = [t.get("content") for t in obj.get("added_tokens") or []]
     if decoder == "ByteLevel":
-        tok: Tokenizer = GPT2Tokenizer(gpt2_kept(spellings))
+        tok: Tokenizer = GPT2Tokenizer(gpt2_kept(spellings), chat=added[1:] == list(MARKERS))
     elif decoder == "Fuse":
         if any(len(c) != 1 for c in spellings):
             raise ValueError("tokenizer.json: a Fuse-decoded vocabulary must hold characters")
@@ -86,9 +90,7 @@ def tokenizer_from_hf(obj: dict[str, Any]) -> Tokenizer:
             raise ValueError(f"tokenizer.json: its {key} is not the one {tok.name} writes")
     if not _adds_nothing(obj.get("post_processor")):
         raise ValueError("tokenizer.json: its post_processor adds tokens; ours adds none")
-    if [t["content"] for t in obj.get("added_tokens", [])] != [
-        t["content"] for t in ours["added_tokens"]
-    ]:
+    if added != [t["content"] for t in ours["added_tokens"]]:
         raise ValueError(f"tokenizer.json: its added tokens are not the ones {tok.name} writes")
     return tok
 

@@ -1,5 +1,5 @@
 """The tokenizers a run can have: GPT-2 BPE (optionally compacted to the corpus,
-compaction.py) and characters.
+compaction.py; with the chat format's two markers appended, chat.py) and characters.
 
 Both turn text into ids and back exactly, and serialise to plain JSON (`to_json`,
 `tokenizer_from_json`), which `data/tokenizer.json` holds so later stages rebuild the very same
@@ -15,8 +15,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import tiktoken
 
 from gpt.errors import InputError
+from gpt.tokenizer.chat import MARKERS
 from gpt.tokenizer.compaction import Compaction, kept_ids
 from gpt.tokenizer.ranks import RANKS_SHA256, gpt2_encoding
 
@@ -27,6 +29,8 @@ class Tokenizer(ABC):
     name: str
     vocab_size: int
     eot_id: int | None
+    chat: bool = False
+    """The chat format's markers (gpt/tokenizer/chat.py) are its last ids."""
 
     @abstractmethod
     def encode(self, text: str) -> list[int]:
@@ -60,15 +64,19 @@ class GPT2Tokenizer(Tokenizer):
     """GPT-2 BPE. With `kept` (sorted GPT-2 ids, merge-closed), BPE over those tokens only
     (compaction.py): on a text whose GPT-2 tokens are all kept it gives GPT-2's tokens
     renumbered, and any other text still encodes and decodes exactly (the 256 bytes are always
-    kept)."""
+    kept). With `chat`, the chat format's markers follow as two special tokens, whatever was
+    kept: text never encodes to them (`encode` spells their spelling as text)."""
 
     name = "gpt2"
 
-    def __init__(self, kept: Sequence[int] | None = None) -> None:
+    def __init__(self, kept: Sequence[int] | None = None, chat: bool = False) -> None:
         self.enc = gpt2_encoding()
         self.compaction = None if kept is None else Compaction(kept)
         self.kept = None if self.compaction is None else self.compaction.kept
         self.bpe = self.enc if self.compaction is None else self.compaction.bpe
+        self.chat = chat
+        if chat:
+            self.bpe = _with_markers(self.bpe)
         self.vocab_size = self.bpe.n_vocab
         self.eot_id = self.bpe.eot_token
 
@@ -85,9 +93,14 @@ class GPT2Tokenizer(Tokenizer):
         return cls.fit_counts(counts, max_vocab)
 
     @classmethod
-    def fit_counts(cls, counts: np.ndarray, max_vocab: int = 0) -> GPT2Tokenizer:
+    def fit_counts(cls, counts: np.ndarray, max_vocab: int = 0, chat: bool = False
+                   ) -> GPT2Tokenizer:  # fmt: skip
         """`fit` from how often each GPT-2 id occurs in the corpus (`kept_ids`)."""
-        return cls(kept_ids(counts, max_vocab))
+        return cls(kept_ids(counts, max_vocab), chat)
+
+    def base_size(self) -> int:
+        """The ids before the chat markers: the BPE vocabulary, end-of-text included."""
+        return self.vocab_size - len(MARKERS) if self.chat else self.vocab_size
 
     def covers(self, gpt2_ids: np.ndarray) -> bool:
         """Whether every one of `gpt2_ids` is kept: then a text of them encodes to them
@@ -117,7 +130,21 @@ class GPT2Tokenizer(Tokenizer):
             "vocab_size": self.vocab_size,
             "eot_id": self.eot_id,
             "kept": self.kept,
+            **({"chat": True} if self.chat else {}),  # a text tokenizer's file as it was
         }
+
+
+def _with_markers(bpe: tiktoken.Encoding) -> tiktoken.Encoding:
+    """`bpe` with the chat markers as special tokens after its last id (tiktoken's documented
+    way to extend an Encoding)."""
+    n = bpe.n_vocab
+    return tiktoken.Encoding(
+        name=f"{bpe.name}-chat",
+        pat_str=bpe._pat_str,
+        mergeable_ranks=bpe._mergeable_ranks,
+        special_tokens={**bpe._special_tokens, **{m: n + i for i, m in enumerate(MARKERS)}},
+        explicit_n_vocab=n + len(MARKERS),
+    )
 
 
 class CharTokenizer(Tokenizer):
@@ -167,7 +194,7 @@ def tokenizer_from_json(obj: dict[str, Any]) -> Tokenizer:
     elif name == "gpt2":
         if obj.get("ranks_sha256") != RANKS_SHA256:
             raise ValueError(f"ranks_sha256 {obj.get('ranks_sha256')!r}: not the shipped GPT-2 BPE")
-        tok = GPT2Tokenizer(obj.get("kept"))
+        tok = GPT2Tokenizer(obj.get("kept"), chat=obj.get("chat") is True)
     else:
         raise ValueError(f"name {name!r}: expected 'gpt2' or 'char'")
     if "vocab_size" in obj and obj["vocab_size"] != tok.vocab_size:

@@ -10,7 +10,7 @@ import torch
 from gpt.config.configs import TrainConfig
 from gpt.distributed.world import World
 from gpt.models.model import GPT
-from gpt.training.batches import TokenData, eval_batches, eval_offsets
+from gpt.training.batches import IGNORE, TokenData, eval_batches, eval_offsets
 from gpt.training.sharding import is_sharded
 
 
@@ -21,7 +21,8 @@ class Evaluator:
     def __init__(self, data: TokenData, cfg: TrainConfig, world: World, micro_batch: int) -> None:
         self.data, self.world, self.micro_batch = data, world, micro_batch
         self.block_size = cfg.block_size
-        self.windows = eval_offsets(len(data.val), cfg.block_size, cfg.eval_iters * cfg.batch_size)
+        self.windows = eval_offsets(len(data.val), cfg.block_size, cfg.eval_iters * cfg.batch_size,
+                                    data.row)
 
     @torch.no_grad()
     def __call__(self, model: GPT,
@@ -37,10 +38,16 @@ class Evaluator:
         if not is_sharded(model):
             with autocast():
                 table = model.embedding()  # once, not per batch: the weights do not change
-        for x, y in eval_batches(self.data.val, mine, self.block_size, self.micro_batch, device):
+        counted = torch.zeros((), dtype=torch.float64, device=device)
+        mask = self.data.val_mask
+        for x, y in eval_batches(self.data.val, mine, self.block_size, self.micro_batch, device,
+                                 mask):
             with autocast():
                 loss = model(x, y, embedding=table)[1]
-            total += loss.double() * len(x)
-        total, count = self.world.sum([total.item(), len(mine)])
+            # Text: every window counts alike; chat data: each target the mask counts does.
+            weight = len(x) if mask is None else (y != IGNORE).sum()
+            total += loss.double() * weight
+            counted += weight
+        total, count = self.world.sum([total.item(), counted.item()])
         val = total / count
         return {"val_loss": val, "val_bpb": self.data.meta.bits_per_byte(val)}

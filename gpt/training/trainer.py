@@ -165,7 +165,8 @@ class Trainer:
         self.cfg = cfg = recipe.config
         """The finished flags (gpt/training/recipe.py): every unset one decided, read-only."""
         self.tokens_per_iter = cfg.batch_size * cfg.block_size
-        self.batches = Batches(self.data.train, cfg.block_size, cfg.batch_size, cfg.seed)
+        self.batches = Batches(self.data.train, cfg.block_size, cfg.batch_size, cfg.seed,
+                               self.data.train_mask)
         self.evaluator = Evaluator(self.data, cfg, world, self.micro_batch)
         model = build_model(recipe, self.data, start)
         check_memory(model, cfg, world, self.micro_batch, self.log)

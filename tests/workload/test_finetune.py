@@ -181,6 +181,46 @@ def test_a_corpus_tokenized_for_another_compaction_is_refused(earlier, tmp_path,
     assert "the data's tokenizer (gpt2 compacted to" in err[0] and "is not --init_from's" in err[0]
 
 
+def chat_tune(root: Path, run: str, start: str) -> torch.Tensor:
+    """Conversations (--chat true) fine-tuned one iteration from `start` at a learning rate too
+    small to move a float32 weight: the export's embedding is where the run started."""
+    chats = root / f"{run}.jsonl"
+    chats.write_text("".join(json.dumps({"messages": [
+        {"role": "user", "content": "Where?"},
+        {"role": "assistant", "content": f"{w}."}]}) + "\n"  # short: a row is 17 tokens
+        for w in ("master", "sir", "wife", "slave", "meat", "feast", "husband", "merchant")))
+    corpus(root, run, "--init_from", start, "--source", str(chats), "--chat", "true")
+    assert in_process("train-gpt", "--root", str(root), "--run", run, "--init_from", start,
+                      *as_flags(TINY_FINETUNE), "--max_iters", "1", "--learning_rate", "1e-30",
+                      "--weight_decay", "0", "--batch_size", "2") == 0  # fmt: skip
+    return load_file(root / run / "model" / "model.safetensors")["transformer.wte.weight"]
+
+
+@pytest.mark.slow
+def test_chat_data_fine_tunes_gpt2_with_new_rows_for_the_markers(gpt2_root, offline):
+    """GPT-2 has no chat markers: they become two rows at the mean of its embedding, after the
+    rows of the conversations' tokens."""
+    exported = chat_tune(gpt2_root, "chat", "gpt2")  # the root whose Hub cache holds "gpt2"
+    table = load_file(gpt2_root / "gpt2-folder" / "model.safetensors")["transformer.wte.weight"]
+    tok = load_tokenizer(RunDir.of(gpt2_root, "chat").tokenizer_json)
+    assert tok.chat and exported.shape[0] == len(tok.kept) + 2
+    assert torch.equal(exported[:-2], table[tok.kept])
+    assert torch.allclose(exported[-2:], table.mean(0).expand(2, -1), atol=1e-6, rtol=0)
+
+
+def test_chat_data_fine_tunes_a_text_model_then_its_chat_model(earlier, tmp_path):
+    """On an earlier text run's model/: its vocabulary with the two chat markers after it,
+    their rows at the mean of its embedding; on that chat run's model/, its own rows."""
+    text_rows = load_file(earlier.model_dir / "model.safetensors")["transformer.wte.weight"]
+    first = chat_tune(tmp_path, "chat", str(earlier.model_dir))
+    tok = load_tokenizer(RunDir.of(tmp_path, "chat").tokenizer_json)
+    assert tok.chat and tok.kept == load_tokenizer(earlier.tokenizer_json).kept
+    assert torch.equal(first[:-2], text_rows)
+    assert torch.allclose(first[-2:], text_rows.mean(0).expand(2, -1), atol=1e-6, rtol=0)
+    again = chat_tune(tmp_path, "again", str(RunDir.of(tmp_path, "chat").model_dir))
+    assert torch.equal(again, first)
+
+
 def test_fine_tuning_an_earlier_runs_model_keeps_its_vocabulary(earlier, tmp_path):
     """load-corpus with an earlier run's model/ tokenizes with its (compacted) vocabulary as it
     is, and train-gpt starts from that model, shape and all."""

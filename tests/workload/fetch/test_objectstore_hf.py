@@ -31,6 +31,15 @@ def shard(texts: list[str]) -> bytes:
     return out.getvalue()
 
 
+def chat_shard(k: int) -> bytes:
+    """A shard of a chat dataset as the Hub's hold them: a `messages` column of turns."""
+    out = io.BytesIO()
+    pq.write_table(pa.table({"messages": [
+        [{"role": "user", "content": f"Question {k}.{i}?"},
+         {"role": "assistant", "content": f"Answer {k}.{i}."}] for i in range(5)]}), out)
+    return out.getvalue()
+
+
 LINES = "".join(json.dumps({"text": f"sample line {i}. " * 20}) + "\n" for i in range(40))
 FILES = {
     "README.md": b"---\nconfigs: ...\n---\n",
@@ -48,6 +57,8 @@ def hub():
         server.add("org/fineweb", FILES)
         server.add("org/fineweb", {"old.jsonl": b'{"text": "at v1"}\n'}, revision="v1")
         server.add("org/private", {"x.jsonl": b'{"text": "secret"}\n'}, token="hf_right")
+        server.add("org/chats", {f"data/train-0000{k}-of-00002.parquet": chat_shard(k)
+                                 for k in range(2)})
         yield server
 
 
@@ -112,6 +123,18 @@ def test_a_missing_repository_file_or_match_is_one_line(hub):
     assert "not found" in refusal("hf://datasets/org/nothing")
     assert "not found" in refusal("hf://datasets/org/fineweb/data/nothing.parquet")
     assert "no corpus files" in refusal("hf://datasets/org/fineweb/data/valid-*.parquet")
+
+
+def test_a_chat_dataset_from_the_hub_is_conversations(hub, tmp_path):
+    cfg = CorpusConfig(root=str(tmp_path), run="chat", source="hf://datasets/org/chats/data",
+                       chat=True, block_size=32)  # fmt: skip
+    load_corpus(cfg)
+    record = json.loads(cfg.rundir.source_json.read_text())
+    assert [d["documents"] for d in record["documents"]] == [5, 5]
+    assert record["chat"] == {"conversations": 10, "cut": 0, "block_size": 32}
+    text = cfg.rundir.text_txt.read_text()
+    assert text.startswith("<|im_start|>user\nQuestion 0.0?<|im_end|>\n<|im_start|>assistant\n")
+    assert cfg.rundir.train_mask.is_file() and cfg.rundir.val_mask.is_file()
 
 
 def test_load_corpus_from_the_hub_records_its_files(hub, tmp_path):
