@@ -198,6 +198,7 @@ def test_each_component_creates_an_accepted_trainjob_and_reports_back(
         "train-gpt": lambda: dict(
             metrics=artifact(dsl.Metrics, tmp_path, "metrics"),
             report=artifact(dsl.HTML, tmp_path, "report"),
+            model=artifact(dsl.Model, tmp_path, "model"),
         ),
         "generative-prompt": lambda: dict(
             transcript=artifact(dsl.Markdown, tmp_path, "transcript")

@@ -75,7 +75,7 @@ def test_gpt2_from_the_hub_cache_fine_tunes_and_exports_as_gpt2(gpt2_root, offli
                                                                 capfd):  # fmt: skip
     """Through the train-gpt component (its plain function, the local backend), whose Metrics
     artifact records what the run started from beside the numbers."""
-    from kfp.dsl import HTML, Metrics
+    from kfp.dsl import HTML, Metrics, Model
 
     from components.train_gpt import train_gpt
 
@@ -91,9 +91,12 @@ def test_gpt2_from_the_hub_cache_fine_tunes_and_exports_as_gpt2(gpt2_root, offli
 
     metrics = Metrics(uri=str(tmp_path / "metrics"))
     flags = {k: v for k, v in TINY_FINETUNE.items() if k != "device"}  # not a step parameter
+    model = Model(uri=str(tmp_path / "model"))
     train_gpt.python_func(run="a", root=str(gpt2_root), backend="local", init_from="gpt2",
                           max_iters=4, metrics=metrics, report=HTML(uri=str(tmp_path / "r.html")),
-                          **flags)  # fmt: skip
+                          model=model, **flags)  # fmt: skip
+    assert model.metadata["init_from"] == "hf://openai-community/gpt2"
+    assert model.metadata["model_uri"] == run.model_dir.as_uri()
     out = capfd.readouterr().out
     assert f"init_from: hf://openai-community/gpt2 at {COMMIT}" in out
     assert "2 layers x 2 heads x 32 wide, context 16" in out  # the checkpoint's, cropped
