@@ -55,6 +55,7 @@ from __future__ import annotations
 import contextlib
 import os
 import time
+import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -262,6 +263,10 @@ def _kserve(trainer_cluster, kserve_api, shared: Path, apiserver, tmp_path: Path
     finally:
         proxy.stop()
         controller.shutdown()
+        # urlopen's process-wide opener keeps the proxies of its first call: one made during
+        # this test would send a later test's localhost requests to the stopped proxy (no_proxy,
+        # read per request, is gone by then). The next urlopen builds a new one.
+        urllib.request.install_opener(None)
     assert not controller.errors, f"the test cluster's KServe failed: {controller.errors}"
 
 
