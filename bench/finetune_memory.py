@@ -15,16 +15,13 @@ measured. Needs CUDA; on a CPU it says so and measures nothing.
 
 from __future__ import annotations
 
-import argparse
 import json
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 from bench.activation_memory import CONTEXT, SIZES, VOCAB
-from bench.harness import RESULTS, Result
+from bench.harness import RESULTS, Result, case_main, own_process
 
 MODES = ("full", "activation checkpointing", "LoRA")
 LORA_RANK = 16
@@ -84,15 +81,7 @@ def measure(size: str, mode: str) -> dict[str, Any]:
 
 def case(size: str, mode: str) -> dict[str, Any]:
     """`measure` in a process of its own; an error or the limit is the row's `error`."""
-    try:
-        done = subprocess.run([sys.executable, "-m", "bench.finetune_memory", size, mode],
-                              capture_output=True, text=True, timeout=CASE_LIMIT_S)
-    except subprocess.TimeoutExpired:
-        return {"error": f"stopped at its limit of {CASE_LIMIT_S} s"}
-    if done.returncode:
-        lines = (done.stderr or done.stdout).strip().splitlines() or ["no output"]
-        return {"error": lines[-1][:300]}
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return own_process("bench.finetune_memory", size, mode, limit_s=CASE_LIMIT_S)
 
 
 def run(quick: bool, results: Path = RESULTS) -> Result:
@@ -128,8 +117,4 @@ def run(quick: bool, results: Path = RESULTS) -> Result:
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description="one case of bench/finetune_memory.py")
-    parser.add_argument("size", choices=SIZES)
-    parser.add_argument("mode", choices=MODES)
-    args = parser.parse_args()
-    print(json.dumps(measure(args.size, args.mode)))
+    case_main(measure, "bench/finetune_memory.py", size=SIZES, mode=MODES)

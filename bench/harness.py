@@ -6,12 +6,15 @@ with the median and the spread of the repeats, so a number can be re-checked lat
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import io
 import json
 import os
 import platform
 import statistics
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -177,3 +180,28 @@ def _fmt(value: Any) -> str:
 def fmt_stats(s: Stats, unit: str = "") -> str:
     """`1,234 tok/s ±3%` for a table cell."""
     return f"{_fmt(s.median)}{unit} ±{s.spread * 100:.0f}%"
+
+
+def own_process(module: str, *args: str, limit_s: float | None = None) -> dict[str, Any]:
+    """`python -m module args...` in a process of its own (a case whose memory or failure must
+    be its own), whose last output line is a JSON object, its result; a failure or the limit is
+    `{"error": ...}`, the failure's last line."""
+    try:
+        done = subprocess.run([sys.executable, "-m", module, *args], capture_output=True,
+                              text=True, timeout=limit_s)  # fmt: skip
+    except subprocess.TimeoutExpired:
+        return {"error": f"stopped at its limit of {limit_s:g} s"}
+    if done.returncode:
+        lines = (done.stderr or done.stdout).strip().splitlines() or ["no output"]
+        return {"error": lines[-1][:300]}
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def case_main(measure: Callable[..., dict[str, Any]], what: str, **choices: Any) -> None:
+    """The command line of one case of a benchmark whose cases run by `own_process`: each
+    argument one of its `choices`, then `measure`'s result printed as JSON."""
+    parser = argparse.ArgumentParser(description=f"one case of {what}")
+    for name, allowed in choices.items():
+        parser.add_argument(name, choices=allowed)
+    args = parser.parse_args()
+    print(json.dumps(measure(*(getattr(args, name) for name in choices))))

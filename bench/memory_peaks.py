@@ -13,13 +13,9 @@ logits: a CPU's run. On a GPU, bench/finetune_memory.py measures the allocator's
 
 from __future__ import annotations
 
-import argparse
-import json
-import subprocess
-import sys
 from typing import Any
 
-from bench.harness import Result
+from bench.harness import Result, case_main, own_process
 
 VOCAB = 50257
 SHAPES = {  # (n_layer, n_head, n_embd, block_size, micro_batch)
@@ -66,9 +62,10 @@ def measure(shape: str, mode: str) -> dict[str, Any]:
 
 def case(shape: str, mode: str) -> dict[str, Any]:
     """`measure` in a fresh process: nothing an earlier case freed is there to reuse."""
-    out = subprocess.run([sys.executable, "-m", "bench.memory_peaks", shape, mode],
-                         check=True, capture_output=True, text=True).stdout
-    return json.loads(out.splitlines()[-1])
+    row = own_process("bench.memory_peaks", shape, mode)
+    if "error" in row:
+        raise RuntimeError(f"memory_peaks {shape}, {mode}: {row['error']}")
+    return row
 
 
 def run(quick: bool) -> Result:
@@ -94,8 +91,4 @@ def run(quick: bool) -> Result:
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description="one case of bench/memory_peaks.py")
-    parser.add_argument("shape", choices=SHAPES)
-    parser.add_argument("mode", choices=MODES)
-    args = parser.parse_args()
-    print(json.dumps(measure(args.shape, args.mode)))
+    case_main(measure, "bench/memory_peaks.py", shape=SHAPES, mode=MODES)

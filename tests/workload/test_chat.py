@@ -12,16 +12,14 @@ import gzip
 import json
 import os
 import shutil
-import socket
 import subprocess
-import time
-import urllib.request
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 from support.runs import TINY, as_flags, in_process
+from support.servers import free_ports, wait_until_answering
 
 from gpt.config.configs import GPTConfig, SamplingConfig
 from gpt.generation.sampling import generate
@@ -322,11 +320,7 @@ def test_kserves_server_answers_the_conversation_with_our_template_and_greedy_re
     ours = tok.decode(i for i in reply if i < tok.base_size() and i != tok.eot_id)
     assert ours.strip() and len(reply) < n  # a reply, ended by <|im_end|>
 
-    ports = []
-    for _ in range(2):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            ports.append(s.getsockname()[1])
+    ports = free_ports(2)
     log = (tmp_path / "server.log").open("w")
     server = subprocess.Popen(
         [str(kserve_server), "-m", "huggingfaceserver", "--model_dir", str(run.model_dir),
@@ -336,15 +330,8 @@ def test_kserves_server_answers_the_conversation_with_our_template_and_greedy_re
         stdout=log, stderr=subprocess.STDOUT)  # fmt: skip
     try:
         url = f"http://127.0.0.1:{ports[0]}"
-        end = time.monotonic() + 180
-        while True:
-            try:
-                with urllib.request.urlopen(f"{url}/v1/models/chat", timeout=2):
-                    break
-            except OSError:
-                assert server.poll() is None, (tmp_path / "server.log").read_text()[-2000:]
-                assert time.monotonic() < end, "KServe's server did not start"
-                time.sleep(0.5)
+        wait_until_answering(f"{url}/v1/models/chat", server, tmp_path / "server.log", 180,
+                             "KServe's server")
         client = openai.OpenAI(base_url=f"{url}/openai/v1", api_key="unused")
         whole = client.chat.completions.create(model="chat", messages=messages, max_tokens=n,
                                                temperature=0)  # fmt: skip

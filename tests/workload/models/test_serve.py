@@ -5,15 +5,13 @@ the default model (GPT-NeoX) and for GPT-2's shape (what a run fine-tuned from G
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 from support.models import CORPUS, PROMPTS, cli_replies, peaked
+from support.servers import free_ports, wait_until_answering
 
 from gpt.models.export import save_export
 from gpt.models.model import GPTConfig
@@ -23,12 +21,6 @@ from gpt.tokenizer.kinds import GPT2Tokenizer
 openai = pytest.importorskip("openai")
 SERVE = Path(sys.executable).with_name("transformers")
 START_S = 120
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 # The default shape (a GPTNeoXForCausalLM export), and GPT-2's (a GPT2LMHeadModel: learned
@@ -52,7 +44,7 @@ def server(run: RunDir, tmp_path):
     """`transformers serve <model dir>` as the README runs it, offline, on a free port."""
     if not SERVE.exists():
         pytest.skip(f"{SERVE} missing: install the serve extra")
-    port = free_port()
+    [port] = free_ports(1)
     env = {**os.environ, "HF_HOME": str(tmp_path / "hf-home"), "HF_HUB_OFFLINE": "1"}
     log = (tmp_path / "serve.log").open("w")
     proc = subprocess.Popen(
@@ -61,15 +53,8 @@ def server(run: RunDir, tmp_path):
     )  # fmt: skip
     url = f"http://127.0.0.1:{port}"
     try:
-        end = time.monotonic() + START_S
-        while True:
-            try:
-                with urllib.request.urlopen(f"{url}/health", timeout=2):
-                    break
-            except OSError:
-                assert proc.poll() is None, (tmp_path / "serve.log").read_text()[-2000:]
-                assert time.monotonic() < end, "transformers serve did not start"
-                time.sleep(0.5)
+        wait_until_answering(f"{url}/health", proc, tmp_path / "serve.log", START_S,
+                             "transformers serve")
         yield url
     finally:
         proc.terminate()
