@@ -34,6 +34,7 @@ BENCHMARKS = {
     "activation_memory": "bench.activation_memory",
     "memory_peaks": "bench.memory_peaks",
     "finetune_memory": "bench.finetune_memory",
+    "chat_loss": "bench.chat_loss",
 }
 
 

@@ -505,3 +505,16 @@ def test_activation_memory_measures_each_gpt2_size_and_the_estimate_follows_it()
     assert shares[0] < 0.2 and shares[1] < shares[0]
     for row in rows:
         assert 0.6 < row["estimate_bytes"] / row["saved_bytes"] < 1.6, row
+
+
+@pytest.mark.process
+@pytest.mark.slow
+def test_the_chat_loss_benchmark_compares_the_two_losses_on_the_same_rows(tmp_path):
+    main(["--quick", "--results", str(tmp_path), "chat_loss"])
+    rows = json.loads((tmp_path / "chat_loss.json").read_text())["rows"]
+    assert [row["loss_on"] for row in rows] == ["assistant tokens", "every token"]
+    assistant, every = rows
+    # every token but the padding counts: more than the assistant's, the same budget
+    assert 0 < assistant["counted_train_tokens"] < every["counted_train_tokens"]
+    assert assistant["iterations"] == every["iterations"] == 10
+    assert all(row["val_loss"] > 0 and row["val_bpb"] > 0 for row in rows)
