@@ -58,7 +58,7 @@ class Plan:
     """Ranks the weights, gradients and AdamW's state are split over (--shard: FSDP2); 1, each
     rank holds them whole (DDP, or one process)."""
     average: bool = False
-    """A weight average is kept (--ema_decay): one more float32 copy of the weights."""
+    """A weight average is kept (--ema_decay): one more float32 copy of what trains."""
     lora_rank: int = 0
     """Adapters of this rank train, the rest frozen (--lora_rank); 0: every weight trains."""
 
@@ -150,13 +150,16 @@ def estimate(model: GPT, plan: Plan, bf16: bool, chunked_loss: bool, cuda: bool)
     # while: the root unit (embedding and head, ...) for the whole forward and backward, and
     # two blocks' weights (one computing, the next one's gather overlapping it) and one
     # block's gradients before they are reduce-scattered.
-    one_block = max((sum(p.numel() for p in b.parameters()) for b in model.transformer.h),
-                    default=0)  # fmt: skip
-    root = params - c.n_layer * one_block if n > 1 else 0
-    whole_weights = 4 * (root + 2 * one_block) if n > 1 else 0
-    whole_gradients = 4 * (root + one_block) if n > 1 else 0
+    whole_weights = whole_gradients = 0
+    if n > 1:
+        one_block = max(sum(p.numel() for p in b.parameters()) for b in model.transformer.h)
+        root = params - c.n_layer * one_block
+        whole_weights = 4 * (root + 2 * one_block)
+        whole_gradients = 4 * (root + one_block)
+    # The weight average copies what trains (a LoRA run's adapters; every weight otherwise).
+    held = params + (trained if plan.average else 0)
     return Estimate(
-        weights=(4 * params * (2 if plan.average else 1)) // n + whole_weights
+        weights=4 * held // n + whole_weights
         + (2 * params if bf16 else 0),  # autocast's copies, kept for backward
         gradients=4 * trained // n + whole_gradients,
         optimizer=8 * trained // n,

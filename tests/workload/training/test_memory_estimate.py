@@ -86,6 +86,8 @@ def test_a_plan_for_adapters_counts_them_on_every_projection_lora_may_target():
     lora = estimate(model, Plan(8, 1, False, lora_rank=16), True, True, True)
     assert (lora.gradients, lora.optimizer) == (4 * adapters, 8 * adapters)
     assert lora.weights == 6 * (params + adapters)
+    averaged = estimate(model, Plan(8, 1, False, average=True, lora_rank=16), True, True, True)
+    assert averaged.weights == lora.weights + 4 * adapters  # the average holds the adapters
 
 
 def test_a_fine_tuning_run_is_told_of_lora_only_where_nothing_else_fits(monkeypatch):
