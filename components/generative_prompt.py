@@ -15,6 +15,7 @@ def generative_prompt(
     transcript: Output[Markdown],
     run: str,
     prompt: list = [],  # noqa: B006  (KFP reads the default from the signature; never mutated)
+    system: str = "",
     max_new_tokens: int = 200,
     temperature: float = 0.8,
     top_k: int = 0,

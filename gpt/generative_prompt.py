@@ -2,7 +2,9 @@
 
 `python -m gpt generative-prompt --root R --run ID` opens the interactive prompt (a terminal, a
 pipe, or a pod's terminal reached with `kubectl attach -it`); `--prompt TEXT` (repeatable)
-answers those and exits. Every prompt and reply is appended to `prompt/transcript.jsonl`.
+answers those and exits. A chat model (trained on load-corpus --chat data) holds a conversation:
+each prompt is the user's next turn, after `--system`'s prompt. Every prompt and reply is
+appended to `prompt/transcript.jsonl`.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import torch
 from gpt.config.configs import PromptConfig
 from gpt.errors import InputError
 from gpt.generation.repl import GOODBYE, PROMPT, Chat, interact
+from gpt.generation.session import Refused, Session
 from gpt.models.export import finetuned_from, load_export
 
 
@@ -34,11 +37,17 @@ def main(cfg: PromptConfig) -> None:
             f"{rundir.model_dir}: tokenizer has {tokenizer.vocab_size} tokens but the model "
             f"only {model.config.vocab_size}; re-export it with `python -m gpt train-gpt`"
         )
-    chat = Chat(model, tokenizer, cfg.sampling, cfg.seed, rundir.transcript_jsonl, sys.stdout)
+    try:
+        session = Session(model, tokenizer, cfg.sampling, cfg.seed, rundir.transcript_jsonl,
+                          cfg.system)  # fmt: skip
+    except Refused as e:
+        raise InputError(f"--system: {e}") from None
+    chat = Chat(session, sys.stdout)
     tuned = finetuned_from(rundir.model_dir)
     print(
         f"generative-prompt: model from {rundir.model_dir} ({model.describe()}; "
-        f"{tokenizer.name} tokenizer{f'; fine-tuned from {tuned}' if tuned else ''}) on "
+        f"{tokenizer.name} tokenizer{f'; fine-tuned from {tuned}' if tuned else ''}"
+        f"{'; a chat model: replies in turns' if session.chat else ''}) on "
         f"{device}; transcript: {rundir.transcript_jsonl}",
         file=sys.stderr,
     )

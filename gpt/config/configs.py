@@ -526,7 +526,10 @@ class PromptConfig(SeedConfig, SamplingConfig, RunConfig):
     """generative-prompt's flags: the run directory, the sampling settings, and these."""
 
     prompt: list[str] = field(default_factory=list)
-    """Answer this prompt and exit instead of opening the interactive prompt (repeatable)."""
+    """Answer this prompt and exit instead of opening the interactive prompt (repeatable; a chat
+    model takes each as the next turn of one conversation)."""
+    system: str = ""
+    """A chat model's system prompt, the conversation's first turn (/system changes it)."""
     idle_timeout: float = 0.0
     """End the interactive session after this many seconds without input; 0: wait forever."""
     device: str = "auto"

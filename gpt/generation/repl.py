@@ -1,6 +1,7 @@
 """The interactive prompt: read a line, stream the model's reply, repeat.
 
-Text lives here; the engine (`gpt.generation.sampling`) knows only token ids. The same loop serves a
+The terminal lives here; the replies and the conversation in session.py, and the engine
+(`gpt.generation.sampling`) knows only token ids. The same loop serves a
 person at a terminal (readline editing and history), a pipe (one prompt per line) and a person who
 attaches to the pod's terminal later (`kubectl attach -it`): the prompt is flushed, printed again
 on an empty line, and re-drawn every few seconds while nobody types.
@@ -12,21 +13,15 @@ step, and nobody could attach again. exit, quit, Ctrl-D, the idle timeout or SIG
 
 from __future__ import annotations
 
-import codecs
+import contextlib
 import dataclasses
 import signal
 import sys
 import time
 from collections.abc import Callable
-from datetime import UTC, datetime
-from pathlib import Path
 from typing import TextIO
 
-from gpt.config.configs import SamplingConfig
-from gpt.generation.sampling import generate, new_generator
-from gpt.models.model import GPT
-from gpt.rundir import atomic
-from gpt.tokenizer.kinds import Tokenizer
+from gpt.generation.session import Refused, Session
 
 PROMPT = "GPT prompt > "
 REPLY = "GPT replying > "
@@ -52,6 +47,18 @@ Settings (with no value: show it):
   /help               this text
 Ctrl-C stops a reply; exit, quit or Ctrl-D end the session."""
 
+# A chat model's: the same settings, and the conversation's own commands.
+CHAT_HELP = HELP.replace(
+    "Type a prompt and press Enter; the model continues the text.",
+    "Type a message and press Enter; the model replies, and remembers the conversation\n"
+    "(the oldest turns leave its view when the context is full).",
+).replace(
+    "  /settings ",
+    "  /system TEXT | off  the system prompt of the next replies (no value: show it)\n"
+    "  /reset              start a new conversation (the system prompt stays)\n"
+    "  /settings ",
+)
+
 
 class IdleTimeout(Exception):
     """Nobody typed anything for --idle-timeout seconds."""
@@ -69,49 +76,12 @@ def _top_k(text: str) -> int:
 SETTINGS = {"temperature": float, "top_k": _top_k, "top_p": float, "max_new_tokens": int}
 
 
-class _Streamed:
-    """A reply as it streams: its text so far and its tokens. Byte-level BPE tokens can split a
-    UTF-8 character, so the text is decoded from their bytes incrementally."""
-
-    def __init__(self) -> None:
-        self.decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-        self.pieces: list[str] = []
-        self.tokens = 0
-        self.interrupted = True
-        """Until the reply ends by itself (end of text or max_new_tokens), not by Ctrl-C."""
-
-    def add(self, data: bytes) -> str:
-        """The text of a token's bytes `data` that is whole now (possibly none)."""
-        self.pieces.append(self.decoder.decode(data))
-        return self.pieces[-1]
-
-    def end(self) -> str:
-        """The text of bytes left over at the end (a cut character decodes as U+FFFD)."""
-        self.pieces.append(self.decoder.decode(b"", final=True))
-        return self.pieces[-1]
-
-    @property
-    def text(self) -> str:
-        return "".join(self.pieces)
-
-
 class Chat:
-    """A model, its tokenizer and the current settings; answers prompts and logs them."""
+    """The terminal's side of a Session: prints its replies as they stream, its notes, and
+    handles the `/` commands."""
 
-    def __init__(
-        self,
-        model: GPT,
-        tokenizer: Tokenizer,
-        settings: SamplingConfig,
-        seed: int,
-        transcript: Path,
-        out: TextIO,
-    ) -> None:
-        self.model = model
-        self.tokenizer = tokenizer
-        self.settings = settings
-        self.seed = seed  # the next reply's seed: every reply can be reproduced on its own
-        self.transcript = transcript
+    def __init__(self, session: Session, out: TextIO) -> None:
+        self.session = session
         self.out = out
 
     def say(self, text: str) -> None:
@@ -119,105 +89,78 @@ class Chat:
         self.out.flush()
 
     def reply(self, text: str) -> None:
-        """Stream the model's continuation of `text` and append both to the transcript."""
-        prompt = self._prompt_ids(text)
-        if prompt is None:
+        """Stream the model's reply to `text` (the transcript records it, stopped or not)."""
+        try:
+            prepared = self.session.prepare(text)
+        except Refused as e:
+            self.say(f"{NOTE}{e}")
             return
-        ids, replaced = prompt
-        seed, settings = self.seed, self.settings
-        self.seed += 1
-        generator = new_generator(seed, self.model.lm_head.weight.device)
-        streamed, t0 = _Streamed(), time.perf_counter()
+        for note in prepared.notes:
+            self.say(NOTE + note)
         self.out.write(REPLY)
         self.out.flush()
-        try:
-            for token in generate(
-                self.model,
-                ids,
-                settings,
-                generator,
-                eot_id=self.tokenizer.eot_id,
-                vocab_size=self.tokenizer.vocab_size,
-            ):
-                self.out.write(streamed.add(self.tokenizer.decode_bytes([token])))
-                self.out.flush()
-                streamed.tokens += 1
-            streamed.interrupted = False
-        finally:  # Ctrl-C mid-reply still records what was said
-            self.say(streamed.end())
-            self._record(text, prompt, streamed, seed, settings, time.perf_counter() - t0)
-
-    def _prompt_ids(self, text: str) -> tuple[list[int], list[str]] | None:
-        """`text`'s token ids (an empty prompt: the end of text, a fresh document) and the
-        characters the tokenizer replaced; None, once it has said why, if nothing is left."""
-        ids, replaced = self.tokenizer.encode_lossy(text)
-        if replaced:
-            shown = " ".join(repr(c) for c in dict.fromkeys(replaced))
-            self.say(f"{NOTE}not in the tokenizer's vocabulary, replaced: {shown}")
-        if not ids:
-            if self.tokenizer.eot_id is None:
-                self.say(f"{NOTE}nothing left of that prompt to continue; try other words")
-                return None
-            ids = [self.tokenizer.eot_id]  # start of a fresh document: unconditional text
-        block_size = self.model.config.block_size
-        if len(ids) > block_size:
-            self.say(f"{NOTE}prompt is {len(ids)} tokens; the model sees the last {block_size}")
-        return ids, replaced
-
-    def _record(self, text: str, prompt: tuple[list[int], list[str]], streamed: _Streamed,
-                seed: int, settings: SamplingConfig, seconds: float) -> None:
-        """Append a reply to the transcript: the prompt `text` (its ids and replaced characters
-        `prompt`), what was `streamed`, and what made it."""
-        ids, replaced = prompt
-        atomic.append_jsonl(
-            self.transcript,
-            {
-                "time": datetime.now(UTC).isoformat(timespec="seconds"),
-                "prompt": text,
-                "reply": streamed.text,
-                "replaced": replaced,
-                "prompt_tokens": len(ids),
-                "reply_tokens": streamed.tokens,
-                "stopped": "interrupted" if streamed.interrupted
-                else "max_new_tokens" if streamed.tokens == settings.max_new_tokens
-                else "end_of_text",
-                "seconds": round(seconds, 3),
-                "seed": seed,
-                **dataclasses.asdict(settings),
-            },
-            what="the transcript",
-        )
+        # closing() ends the stream (and records the reply) even where Ctrl-C lands between
+        # two pieces, outside the generator
+        with contextlib.closing(self.session.stream(prepared)) as pieces:
+            try:
+                for piece in pieces:
+                    self.out.write(piece)
+                    self.out.flush()
+            finally:
+                self.say("")
 
     def command(self, line: str) -> None:
         """Handle a `/name [value]` line: change or show a setting, or print help."""
         name, _, value = line[1:].strip().partition(" ")
         value = value.strip()
+        session = self.session
         if name == "help":
-            self.say(HELP)
+            self.say(CHAT_HELP if session.chat else HELP)
         elif name == "settings":
             self.say(self.describe())
+        elif name in ("system", "reset"):
+            self._turns_command(name, value)
         elif name == "seed":
             if value:
                 try:
-                    self.seed = int(value)
+                    session.seed = int(value)
                 except ValueError:
                     self.say(f"{NOTE}/seed {value!r}: not an integer")
                     return
-            self.say(f"{NOTE}seed {self.seed}")
+            self.say(f"{NOTE}seed {session.seed}")
         elif name in SETTINGS:
             if value:
                 try:
                     parsed = SETTINGS[name](value)
-                    self.settings = dataclasses.replace(self.settings, **{name: parsed})
+                    session.settings = dataclasses.replace(session.settings, **{name: parsed})
                 except ValueError as e:
                     self.say(f"{NOTE}/{name} {value!r}: {str(e).split(': ', 1)[-1]}")
                     return
-            self.say(f"{NOTE}{name} {getattr(self.settings, name)}")
+            self.say(f"{NOTE}{name} {getattr(session.settings, name)}")
         else:
             self.say(f"{NOTE}unknown command /{name}; /help lists them")
 
+    def _turns_command(self, name: str, value: str) -> None:
+        """/reset, /system (show it), /system off, /system TEXT."""
+        session = self.session
+        try:
+            if name == "reset":
+                session.reset()
+                self.say(f"{NOTE}a new conversation; the model forgets the turns before")
+            elif value.lower() in ("off", "none"):
+                session.set_system("")
+                self.say(f"{NOTE}no system prompt")
+            elif value:
+                session.set_system(value)
+                self.say(f"{NOTE}system prompt set for the next replies")
+            else:
+                shown = session.conversation.system if session.conversation else ""
+                self.say(f"{NOTE}system prompt: {shown!r}" if shown else f"{NOTE}no system prompt")
+        except Refused as e:
+            self.say(f"{NOTE}/{name}: {e}")
+
     def describe(self) -> str:
-        values = {**dataclasses.asdict(self.settings), "seed": self.seed}
+        values = {**dataclasses.asdict(self.session.settings), "seed": self.session.seed}
         return NOTE + ", ".join(f"{k} {v}" for k, v in values.items())
 
 

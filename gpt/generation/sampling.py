@@ -12,7 +12,7 @@ the same windows, so both paths give the same tokens; the cache only makes it fa
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 
 import torch
@@ -74,13 +74,14 @@ def generate(
     prompt: list[int],
     cfg: SamplingConfig,
     generator: torch.Generator | None = None,
-    eot_id: int | None = None,
+    stop_ids: Collection[int] = (),
     vocab_size: int | None = None,
     use_cache: bool = True,
 ) -> Iterator[int]:
     """Yield up to `cfg.max_new_tokens` new token ids continuing `prompt`, as each is sampled.
 
-    Stops early at `eot_id` (which is not yielded). Only ids below `vocab_size` are sampled: the
+    Stops early at any of `stop_ids` (which is not yielded): end-of-text, a chat model's end of
+    turn. Only ids below `vocab_size` are sampled: the
     tokenizer's vocabulary, which may be smaller than the model's (a model built with spare
     ids). The prompt is cropped to its last block_size tokens. `use_cache=False` recomputes the
     whole window for every token: the reference the cached path must match, and the baseline for
@@ -105,7 +106,7 @@ def generate(
         idx = torch.tensor([feed], dtype=torch.long, device=device)
         logits, _ = model(idx, cache=cache)
         nxt = sample_next(logits[0, -1, :vocab_size], cfg, generator)
-        if nxt == eot_id:
+        if nxt in stop_ids:
             return
         yield nxt
         tokens.append(nxt)

@@ -110,6 +110,12 @@ class Renderer:
             counted[len(ids) + 1] = 1  # <|im_end|>: where a reply stops
         return out, counted
 
+    def reply_prefix(self) -> np.ndarray:
+        """What a reply starts from (the template's `add_generation_prompt`): the assistant's
+        header, its own piece of BPE."""
+        ids = self.bpe.encode_ordinary(header("assistant"))
+        return np.array([self.start, *ids], dtype=np.int64)
+
     def render(self, turns: list[tuple[str, str]], limit: int) -> Rendered | None:
         """The conversation's ids, cut after the last assistant turn that ends within `limit`
         ids (a turn is never split); None where even the first assistant turn does not."""

@@ -68,15 +68,20 @@ def one_shot(rundir: RunDir, *extra: str) -> subprocess.CompletedProcess:
     )
 
 
-def cli_replies(run: RunDir, prompts: list[str], n: int) -> list[str]:
+def cli_replies(run: RunDir, prompts: list[str], n: int, *extra: str) -> list[str]:
     """Our CLI's greedy replies of `n` tokens (one process, --prompt repeated), as its
     transcript records them: what a server of the run's model/ must answer."""
+    return [record["reply"] for record in cli_transcript(run, prompts, n, *extra)]
+
+
+def cli_transcript(run: RunDir, prompts: list[str], n: int, *extra: str) -> list[dict]:
+    """The transcript's records of `cli_replies`'s run (`extra`: more flags, --system S)."""
     flags = [a for prompt in prompts for a in ("--prompt", prompt)]
     out = subprocess.run(
         [sys.executable, "-m", "gpt", "generative-prompt", "--root", str(run.root), "--run",
-         run.run_id, "--temperature", "0", "--max_new_tokens", str(n), *flags],
+         run.run_id, "--temperature", "0", "--max_new_tokens", str(n), *flags, *extra],
         capture_output=True, text=True, timeout=120, env=ENV,
     )  # fmt: skip
     assert out.returncode == 0, out.stderr
     lines = run.transcript_jsonl.read_text().splitlines()
-    return [json.loads(line)["reply"] for line in lines[-len(prompts):]]
+    return [json.loads(line) for line in lines[-len(prompts):]]

@@ -11,64 +11,34 @@ from __future__ import annotations
 import gzip
 import json
 import os
-import shutil
 import subprocess
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from support.chats import BLOCK, SYSTEM, conversations, load_chat_corpus, trained_chat_run
+from support.models import cli_transcript
 from support.runs import TINY, as_flags, in_process
 from support.servers import free_ports, wait_until_answering
 
-from gpt.config.configs import GPTConfig, SamplingConfig
-from gpt.generation.sampling import generate
+from gpt.config.configs import GPTConfig
 from gpt.models import pretrained
 from gpt.models.export import (
     EMBEDDING,
     TOKENIZER,
     TOKENIZER_CONFIG,
-    load_export,
     tokenizer_config,
 )
 from gpt.rundir.layout import DataMeta, RunDir
-from gpt.tokenizer.chat import IM_END, IM_START, MARKERS, Renderer, header
+from gpt.tokenizer.chat import IM_END, IM_START, MARKERS
 from gpt.tokenizer.huggingface import hf_tokenizer, tokenizer_from_hf
 from gpt.tokenizer.kinds import GPT2Tokenizer, load_tokenizer, tokenizer_from_json
-
-BLOCK = 48  # rows of 49 tokens: several short conversations share one, a long one is cut
-WORDS = "the ship sails at dawn and every merchant of Ephesus pays a thousand marks to stay".split()
-
-
-def conversations() -> list[dict]:
-    """Short and long conversations, with and without a system prompt, one of several turns
-    that must be cut, one whose first reply cannot fit (skipped), one null."""
-    out = []
-    for i in range(30):
-        words = WORDS[i % 7 : i % 7 + 2 + i % 5]
-        messages = [{"role": "system", "content": "Answer in one line."}] if i % 4 == 0 else []
-        messages += [{"role": "user", "content": f"Where is {' '.join(words)}?"},
-                     {"role": "assistant", "content": f"{words[-1].title()} is here, {i}."}]
-        if i % 3 == 0:
-            messages += [{"role": "user", "content": "And then?"},
-                         {"role": "assistant", "content": " Then — é — we go."}]
-        out.append({"messages": messages})
-    out[5]["messages"] += [{"role": "user", "content": " ".join(WORDS)},
-                           {"role": "assistant", "content": " ".join(WORDS)}] * 2  # cut
-    out.insert(7, {"messages": [{"role": "user", "content": "Say it all."},
-                                {"role": "assistant", "content": " ".join(WORDS * 3)}]})
-    out.insert(9, {"messages": None})
-    return out
 
 
 @pytest.fixture(scope="module")
 def chat_run(tmp_path_factory) -> RunDir:
-    root = tmp_path_factory.mktemp("chat")
-    source = root / "chats.jsonl"
-    source.write_text("".join(json.dumps(r) + "\n" for r in conversations()))
-    assert in_process("load-corpus", "--root", str(root), "--run", "chat", "--source",
-                      str(source), "--chat", "true", "--block_size", str(BLOCK)) == 0
-    return RunDir.of(root, "chat")
+    return load_chat_corpus(tmp_path_factory.mktemp("chat"), "chat")
 
 
 @pytest.fixture(scope="module")
@@ -294,31 +264,21 @@ def test_a_text_corpus_is_untouched(tmp_path: Path):
 
 
 def test_kserves_server_answers_the_conversation_with_our_template_and_greedy_reply(
-        chat_run, kserve_server, tmp_path):  # fmt: skip
+        tmp_path_factory, kserve_server, tmp_path):  # fmt: skip
     """The round trip: a conversation file (load-corpus, `chat_run`), trained on (train-gpt),
     exported, served by KServe's own Hugging Face server (kserve/kserve v0.20.0's
     huggingfaceserver, backend `huggingface`, as its `kserve-huggingfaceserver` runtime runs
     it): `/openai/v1/chat/completions`, streamed and not, through the `openai` client, renders
-    the export's template (without one it answers HTTP 500) and replies what our sampling
-    engine replies, greedily, to the conversation as load-corpus renders it."""
+    the export's template (without one it answers HTTP 500) and replies what our prompt stage
+    replies, greedily, to the same system prompt and message."""
     import openai
 
-    run = RunDir.of(tmp_path, "served")
-    shutil.copytree(chat_run.data_dir, run.data_dir)
-    assert in_process("train-gpt", "--root", str(tmp_path), "--run", "served", *as_flags(
-        {**TINY, "block_size": BLOCK, "max_iters": 150, "eval_interval": 150})) == 0
-    model, tok = load_export(run.model_dir)
-    messages = [{"role": "system", "content": "Answer in one line."},
+    run = trained_chat_run(tmp_path_factory, tmp_path)
+    messages = [{"role": "system", "content": SYSTEM},
                 {"role": "user", "content": "Where is the ship?"}]
-    renderer = Renderer(tok.bpe)
-    prompt = [i for m in messages for i in renderer.turn(m["role"], m["content"])[0].tolist()]
-    prompt += tok.bpe.encode(IM_START + header("assistant"), allowed_special={IM_START})
     n = 12
-    reply = list(generate(model, prompt, SamplingConfig(temperature=0, max_new_tokens=n),
-                          eot_id=tok.vocab_size - 1, vocab_size=tok.vocab_size))
-    # A server's reply leaves special tokens out (skip_special_tokens)
-    ours = tok.decode(i for i in reply if i < tok.base_size() and i != tok.eot_id)
-    assert ours.strip() and len(reply) < n  # a reply, ended by <|im_end|>
+    (ours,) = cli_transcript(run, [messages[1]["content"]], n, "--system", SYSTEM)
+    assert ours["reply"].strip() and ours["stopped"] == "end_of_turn"  # ended by <|im_end|>
 
     ports = free_ports(2)
     log = (tmp_path / "server.log").open("w")
@@ -335,16 +295,16 @@ def test_kserves_server_answers_the_conversation_with_our_template_and_greedy_re
         client = openai.OpenAI(base_url=f"{url}/openai/v1", api_key="unused")
         whole = client.chat.completions.create(model="chat", messages=messages, max_tokens=n,
                                                temperature=0)  # fmt: skip
-        assert whole.choices[0].message.content == ours
+        assert whole.choices[0].message.content == ours["reply"]
         # It stopped at <|im_end|> as ours did (generation_config.json's eos_token_id), which
         # it counts; its finish_reason says "length" all the same (KServe's, not checked here).
-        assert whole.usage.completion_tokens == len(reply) + 1
+        assert whole.usage.completion_tokens == ours["reply_tokens"] + 1
         stream = client.chat.completions.create(model="chat", messages=messages, max_tokens=n,
                                                 temperature=0, stream=True)  # fmt: skip
         pieces = [c.choices[0].delta.content for c in stream
                   if c.choices and c.choices[0].delta.content]
         assert len(pieces) > 1, "not streamed"
-        assert "".join(pieces) == ours
+        assert "".join(pieces) == ours["reply"]
     finally:
         server.terminate()
         server.wait(timeout=30)

@@ -121,7 +121,7 @@ def test_gpt2_from_the_hub_cache_fine_tunes_and_exports_as_gpt2(gpt2_root, offli
     prompt = tokenizer.encode("ANTIPHOLUS. What")
     n = 16 - len(prompt)
     mine = list(generate(ours, prompt, SamplingConfig(temperature=0, max_new_tokens=n),
-                         eot_id=tokenizer.eot_id, vocab_size=tokenizer.vocab_size))  # fmt: skip
+                         stop_ids={tokenizer.eot_id}, vocab_size=tokenizer.vocab_size))  # fmt: skip
     with torch.no_grad():
         got = theirs.generate(torch.tensor([prompt]), max_new_tokens=n, do_sample=False)
     reply = got[0, len(prompt):].tolist()

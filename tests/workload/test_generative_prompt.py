@@ -22,6 +22,7 @@ from support.runs import TINY_MODEL
 
 from gpt.config.configs import SamplingConfig
 from gpt.generation.repl import GOODBYE, HOW_TO_LEAVE, NOTE, PROMPT, REPLY, Chat
+from gpt.generation.session import Session
 from gpt.models.export import WEIGHTS
 from gpt.models.model import GPT, GPTConfig
 from gpt.rundir.layout import RunDir
@@ -151,6 +152,7 @@ class InterruptingTokenizer:
 
     eot_id = None
     vocab_size = 10
+    chat = False
 
     def __init__(self) -> None:
         self.decoded = 0
@@ -168,7 +170,8 @@ class InterruptingTokenizer:
 def test_ctrl_c_mid_reply_still_records_the_partial_reply(tmp_path: Path) -> None:
     model = GPT(GPTConfig(**TINY_MODEL, vocab_size=10)).eval()
     path = tmp_path / "transcript.jsonl"
-    chat = Chat(model, InterruptingTokenizer(), SamplingConfig(), 0, path, io.StringIO())
+    session = Session(model, InterruptingTokenizer(), SamplingConfig(), 0, path)
+    chat = Chat(session, io.StringIO())
     with pytest.raises(KeyboardInterrupt):
         chat.reply("hello")
     (line,) = [json.loads(x) for x in path.read_text().splitlines()]

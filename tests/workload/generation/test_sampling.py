@@ -111,7 +111,7 @@ def test_max_new_tokens_and_end_of_text(model: GPT) -> None:
     assert len(out) == 12
     eot = out[4]
     first = out.index(eot)
-    assert run(model, greedy(max_new_tokens=12), eot_id=eot) == out[:first]  # eot not yielded
+    assert run(model, greedy(max_new_tokens=12), stop_ids={eot}) == out[:first]  # eot not yielded
 
 
 def test_generate_streams(model: GPT) -> None:

@@ -71,7 +71,7 @@ def test_every_model_option_loads_in_transformers_with_our_logits(tmp_path, posi
 
 def our_greedy(model: GPT, tokenizer: Tokenizer, prompt: list[int], n: int) -> list[int]:
     cfg = SamplingConfig(temperature=0, max_new_tokens=n)
-    return list(generate(model, prompt, cfg, eot_id=tokenizer.eot_id,
+    return list(generate(model, prompt, cfg, stop_ids={tokenizer.eot_id},
                          vocab_size=tokenizer.vocab_size))  # fmt: skip
 
 
