@@ -16,6 +16,7 @@ def generative_prompt(
     run: str,
     prompt: list = [],  # noqa: B006  (KFP reads the default from the signature; never mutated)
     system: str = "",
+    web_port: int = 0,
     max_new_tokens: int = 200,
     temperature: float = 0.8,
     top_k: int = 0,
@@ -33,7 +34,9 @@ def generative_prompt(
     locally).
 
     With no `prompt`, the TrainJob's pod waits for a person: this step's log prints the exact
-    `kubectl -n <namespace> attach -it <pod> -c node` command. With prompts: answers, then ends.
+    `kubectl -n <namespace> attach -it <pod> -c node` command (with `web_port`, the
+    `kubectl port-forward` command that reaches its chat page). With prompts: answers, then
+    ends.
     Every parameter but the output is a knob: its text is its field's docstring
     (components/step/parameter_docs.py).
 
@@ -52,6 +55,7 @@ def generative_prompt(
     from components.trainjob.attach import attach_hint
 
     interactive = backend == "trainjob" and not prompt
-    step = run_step("generative-prompt", knobs, on_update=attach_hint() if interactive else None)
+    step = run_step("generative-prompt", knobs,
+                    on_update=attach_hint(web_port=web_port) if interactive else None)
     with open(transcript.path, "w") as f:
         f.write(transcript_markdown(step.run_id, step.files))

@@ -532,6 +532,9 @@ class PromptConfig(SeedConfig, SamplingConfig, RunConfig):
     """A chat model's system prompt, the conversation's first turn (/system changes it)."""
     idle_timeout: float = 0.0
     """End the interactive session after this many seconds without input; 0: wait forever."""
+    web_port: int = 0
+    """Serve a chat page on this port of localhost instead of the terminal prompt (on a cluster:
+    kubectl port-forward to it); 0: the terminal."""
     device: str = "auto"
     """Where the model runs: auto (cuda if available, else cpu), cpu, cuda, cuda:N, mps."""
 
@@ -545,6 +548,12 @@ class PromptConfig(SeedConfig, SamplingConfig, RunConfig):
             raise ValueError(
                 f"--device {self.device!r}: must be auto, cpu, mps, cuda or cuda:N"
             )
+        if not 0 <= self.web_port <= 65535:
+            raise ValueError(f"--web_port {self.web_port}: must be a port, 1 to 65535 (0: the "
+                             "terminal)")
+        if self.web_port and self.prompt:
+            raise ValueError("--web_port with --prompt: --prompt answers and exits, --web_port "
+                             "serves a page; choose one")
 
     @property
     def sampling(self) -> SamplingConfig:

@@ -1,6 +1,6 @@
 """One person talking to the model: the settings, the next seed, the transcript, and with a chat
 model the conversation so far. Its replies stream as text; the terminal (repl.py) and the chat
-page (web.py) show them.
+page (chat_page.py) show them.
 
 A text model continues each prompt on its own, as nanoGPT's sample.py does. A chat model
 (`tokenizer.chat`) answers in turns: the prompt is the conversation rendered in its chat format
@@ -47,6 +47,11 @@ class Prepared:
     """Turns at the start of the conversation the model does not see (a chat model's)."""
 
 
+def _why(e: Malformed) -> str:
+    """What is wrong with a content, from check()'s line about its record's message."""
+    return str(e).split(": ", 1)[-1].removeprefix("its content ")
+
+
 class _Streamed:
     """A reply as it streams: its text so far and its tokens. Byte-level BPE tokens can split a
     UTF-8 character, so the text is decoded from their bytes incrementally."""
@@ -87,6 +92,8 @@ class Session:
         self.stop_ids = frozenset([] if stop is None else [stop] if isinstance(stop, int) else stop)
         self.conversation: Conversation | None = None
         self.conversation_id = ""
+        self.last_stopped = ""
+        """Why the last reply stopped, as the transcript says it."""
         if tokenizer.chat:
             self.conversation = Conversation(tokenizer, system)  # type: ignore[arg-type]
             self.reset()
@@ -112,7 +119,7 @@ class Session:
         try:
             self.conversation.set_system(text)
         except Malformed as e:
-            raise Refused(f"the system prompt {str(e).split(': ', 1)[-1]}") from None
+            raise Refused(f"the system prompt {_why(e)}") from None
 
     def prepare(self, text: str) -> Prepared:
         """The ids for a reply to `text`, with what to tell the person; Refused if none."""
@@ -122,7 +129,7 @@ class Session:
             try:
                 prompt = self.conversation.prompt(text, block_size, room)
             except Malformed as e:
-                raise Refused(f"your message {str(e).split(': ', 1)[-1]}; not sent") from None
+                raise Refused(f"your message {_why(e)}; not sent") from None
             except ValueError as e:  # TooLong
                 raise Refused(str(e)) from None
             notes = [f"the model no longer sees the first {prompt.dropped} turn(s) of this "
@@ -174,6 +181,9 @@ class Session:
             turns = {"conversation": self.conversation_id,
                      "messages": self.conversation.messages(), "dropped_turns": prepared.dropped}
         ended = "end_of_turn" if self.chat else "end_of_text"
+        self.last_stopped = ("interrupted" if streamed.interrupted
+                             else "max_new_tokens" if streamed.tokens == settings.max_new_tokens
+                             else ended)  # fmt: skip
         atomic.append_jsonl(
             self.transcript,
             {
@@ -184,9 +194,7 @@ class Session:
                 "replaced": prepared.replaced,
                 "prompt_tokens": len(prepared.ids),
                 "reply_tokens": streamed.tokens,
-                "stopped": "interrupted" if streamed.interrupted
-                else "max_new_tokens" if streamed.tokens == settings.max_new_tokens
-                else ended,
+                "stopped": self.last_stopped,
                 "seconds": round(seconds, 3),
                 "seed": seed,
                 **dataclasses.asdict(settings),

@@ -270,6 +270,24 @@ def test_attach_hint_names_the_pod_once_an_update_finds_it():
     ]
 
 
+def test_with_a_web_port_the_hint_is_the_port_forward_to_the_chat_page():
+    said = []
+
+    class Pods:
+        def pods(self, ns, trainjob):
+            return ["generative-prompt-r-abc123-node-0-0-xyz"]
+
+    hint = attach_hint(said.append, Pods(), web_port=8080)
+    hint({"metadata": {"name": "generative-prompt-r-abc123", "namespace": "training"}})
+    assert said[0].splitlines()[1].startswith(
+        "  kubectl -n training port-forward $(kubectl -n training get pod -l "
+        "jobset.sigs.k8s.io/jobset-name=generative-prompt-r-abc123 -o name) 8080:8080")
+    assert said[1] == (
+        "Pod generative-prompt-r-abc123-node-0-0-xyz is up; open its chat page with:\n"
+        "  kubectl -n training port-forward generative-prompt-r-abc123-node-0-0-xyz 8080:8080\n"
+        "  then open http://localhost:8080/ in your browser")
+
+
 def test_the_train_runtime_leaves_a_lost_node_within_a_minute():
     """Without its own tolerations a pod gets DefaultTolerationSeconds' 300 s for an
     unreachable or not-ready node (kubernetes plugin/pkg/admission/defaulttolerationseconds)."""
