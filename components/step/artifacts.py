@@ -143,14 +143,24 @@ def code_fence(text: str) -> str:
 
 
 def transcript_markdown(run_id: str, files: dict[str, bytes]) -> str:
-    """The conversation as Markdown: each prompt quoted, each reply verbatim in a code block."""
+    """The conversation as Markdown: each prompt quoted, each reply verbatim in a code block; a
+    chat model's replies under a heading per conversation, its system prompt first."""
     turns = _jsonl(files.get(TRANSCRIPT_JSONL))
     parts = [f"# generative-prompt: run `{run_id}`\n"]
     if not turns:
         parts.append("\n_No prompts were answered._\n")
+    conversation = None
     for i, turn in enumerate(turns, 1):
+        if "conversation" in turn and turn["conversation"] != conversation:
+            conversation = turn["conversation"]
+            parts.append(f"\n## Conversation `{conversation}`\n")
+            system = next((m.get("content", "") for m in turn.get("messages", [])[:1]
+                           if m.get("role") == "system"), "")  # fmt: skip
+            if system:
+                parts.append(f"\n_System prompt:_ {system}\n")
         prompt, reply = turn.get("prompt", ""), turn.get("reply", "")
         quoted = "\n".join("> " + line for line in prompt.splitlines() or [""])
         fence = code_fence(reply)
-        parts.append(f"\n## {i}\n\n{quoted}\n\n{fence}text\n{reply}\n{fence}\n")
+        level = "###" if conversation is not None else "##"
+        parts.append(f"\n{level} {i}\n\n{quoted}\n\n{fence}text\n{reply}\n{fence}\n")
     return "".join(parts)

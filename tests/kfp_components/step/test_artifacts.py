@@ -12,8 +12,10 @@ from components.step.artifacts import (
     LOSS_PNG,
     REPORT_MD,
     TRAIN_JSONL,
+    TRANSCRIPT_JSONL,
     train_provenance,
     train_report_html,
+    transcript_markdown,
 )
 from gpt.rundir.layout import RunDir
 from gpt.training import report
@@ -105,3 +107,19 @@ def test_a_fine_tuned_runs_start_becomes_metrics_metadata() -> None:
     assert train_provenance({INIT_FROM_JSON: json.dumps(record).encode()}) == {
         "init_from": "/gpt/a/model", "init_from_weights_sha256": "f0"}
     assert train_provenance({}) == {}
+
+
+def test_a_chat_transcript_reads_as_its_conversations() -> None:
+    def record(conversation: str, system: str, prompt: str, reply: str) -> str:
+        messages = ([{"role": "system", "content": system}] if system else []) + [
+            {"role": "user", "content": prompt}, {"role": "assistant", "content": reply}]
+        return json.dumps({"conversation": conversation, "messages": messages,
+                           "prompt": prompt, "reply": reply})  # fmt: skip
+
+    lines = [record("a1", "Be brief.", "Hi", "Hello."), record("a1", "Be brief.", "And?", "So."),
+             record("b2", "", "Again", "Yes.")]
+    md = transcript_markdown("r", {TRANSCRIPT_JSONL: "\n".join(lines).encode()})
+    assert md.index("## Conversation `a1`") < md.index("_System prompt:_ Be brief.") < md.index(
+        "### 1\n\n> Hi") < md.index("### 2\n\n> And?") < md.index("## Conversation `b2`") < (
+        md.index("### 3\n\n> Again"))
+    assert md.count("_System prompt:_") == 1

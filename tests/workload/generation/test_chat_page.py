@@ -281,3 +281,18 @@ def test_in_a_real_browser_replies_stream_and_are_the_clis(run, root, tmp_path):
         for stage in stages:
             stage.terminate()
             stage.wait(timeout=30)
+
+
+def test_the_flag_is_refused_with_prompt_and_on_a_port_taken(run, capsys):
+    flags = ["generative-prompt", "--root", str(run.root), "--run", run.run_id]
+    assert in_process(*flags, "--web_port", "8080", "--prompt", "hi") == 2
+    assert capsys.readouterr().err.strip().endswith(
+        "--web_port with --prompt: --prompt answers and exits, --web_port serves a page; "
+        "choose one")
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        assert in_process(*flags, "--web_port", str(port)) == 2
+    assert f"--web_port {port}: cannot listen there: Address already in use" in (
+        capsys.readouterr().err)
