@@ -296,3 +296,14 @@ def test_the_flag_is_refused_with_prompt_and_on_a_port_taken(run, capsys):
         assert in_process(*flags, "--web_port", str(port)) == 2
     assert f"--web_port {port}: cannot listen there: Address already in use" in (
         capsys.readouterr().err)
+
+
+def test_the_page_ends_after_idle_timeout_without_a_request(run, tmp_path):
+    model, tok = load_export(run.model_dir)
+    server = chat_page.ChatServer(free_ports(1)[0], lambda system: Session(
+        model, tok, GREEDY, 0, tmp_path / "t.jsonl", system), {"model": "tiny", "chat": True})
+    said = []
+    assert chat_page.serve(server, 0.2, said.append) == "no request for 0.2 s"
+    assert said == [f"Chat page: http://localhost:{server.server_address[1]}/ (Ctrl-C ends it)"]
+    with pytest.raises(ConnectionRefusedError):
+        socket.create_connection(("127.0.0.1", server.server_address[1]), timeout=5)
