@@ -65,6 +65,13 @@ class Start:
                             offline=True)
         rows = pretrained.row_map(data.tokenizer, pretrained_tokenizer(fetched.path),
                                   str(rundir.tokenizer_json))
+        if cfg.lora_rank and (rows == pretrained.NEW).any():
+            raise InputError(
+                f"--lora_rank {cfg.lora_rank}: --init_from {cfg.init_from} has no chat markers: "
+                "they would be new rows of the embedding, which LoRA keeps frozen, both at its "
+                "mean (a turn's start and end alike to the model); fine-tune fully first "
+                "(--lora_rank 0; --activation_checkpointing true or --shard true save memory), "
+                "then LoRA from that run")
         model = pretrained.read(fetched.path)
         say(f"init_from: {fetched.source}{f' at {fetched.revision}' if fetched.revision else ''}: "
             f"{model.config.n_layer} layers x {model.config.n_head} heads x "

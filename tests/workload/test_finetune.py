@@ -184,15 +184,20 @@ def test_a_corpus_tokenized_for_another_compaction_is_refused(earlier, tmp_path,
     assert "the data's tokenizer (gpt2 compacted to" in err[0] and "is not --init_from's" in err[0]
 
 
-def chat_tune(root: Path, run: str, start: str) -> torch.Tensor:
-    """Conversations (--chat true) fine-tuned one iteration from `start` at a learning rate too
-    small to move a float32 weight: the export's embedding is where the run started."""
+def chat_corpus(root: Path, run: str, start: str) -> None:
+    """Short conversations (--chat true) tokenized for `start`: a row is 17 tokens."""
     chats = root / f"{run}.jsonl"
     chats.write_text("".join(json.dumps({"messages": [
         {"role": "user", "content": "Where?"},
-        {"role": "assistant", "content": f"{w}."}]}) + "\n"  # short: a row is 17 tokens
+        {"role": "assistant", "content": f"{w}."}]}) + "\n"
         for w in ("master", "sir", "wife", "slave", "meat", "feast", "husband", "merchant")))
     corpus(root, run, "--init_from", start, "--source", str(chats), "--chat", "true")
+
+
+def chat_tune(root: Path, run: str, start: str) -> torch.Tensor:
+    """Conversations fine-tuned one iteration from `start` at a learning rate too small to move
+    a float32 weight: the export's embedding is where the run started."""
+    chat_corpus(root, run, start)
     assert in_process("train-gpt", "--root", str(root), "--run", run, "--init_from", start,
                       *as_flags(TINY_FINETUNE), "--max_iters", "1", "--learning_rate", "1e-30",
                       "--weight_decay", "0", "--batch_size", "2") == 0  # fmt: skip
@@ -222,6 +227,26 @@ def test_chat_data_fine_tunes_a_text_model_then_its_chat_model(earlier, tmp_path
     assert torch.allclose(first[-2:], text_rows.mean(0).expand(2, -1), atol=1e-6, rtol=0)
     again = chat_tune(tmp_path, "again", str(RunDir.of(tmp_path, "chat").model_dir))
     assert torch.equal(again, first)
+
+
+def test_lora_on_chat_data_needs_a_start_that_has_the_markers(earlier, tmp_path, capsys):
+    """LoRA freezes the embedding: new marker rows would stay where they start, both at the
+    mean (a turn's start and end alike to the model, in and out), so it is refused in one line
+    naming the way; from a chat run, whose markers are trained rows, it runs."""
+    chat_corpus(tmp_path, "lora", str(earlier.model_dir))
+    flags = [*as_flags(TINY_FINETUNE), "--max_iters", "1", "--lora_rank", "2"]
+    assert in_process("train-gpt", "--root", str(tmp_path), "--run", "lora", "--init_from",
+                      str(earlier.model_dir), *flags) == 2  # fmt: skip
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].endswith(
+        f"--lora_rank 2: --init_from {earlier.model_dir} has no chat markers: they would be new "
+        "rows of the embedding, which LoRA keeps frozen, both at its mean (a turn's start and "
+        "end alike to the model); fine-tune fully first (--lora_rank 0; "
+        "--activation_checkpointing true or --shard true save memory), then LoRA from that run")
+    chat_tune(tmp_path, "chat", str(earlier.model_dir))
+    chat_corpus(tmp_path, "again", str(RunDir.of(tmp_path, "chat").model_dir))
+    assert in_process("train-gpt", "--root", str(tmp_path), "--run", "again", "--init_from",
+                      str(RunDir.of(tmp_path, "chat").model_dir), *flags) == 0  # fmt: skip
 
 
 def test_fine_tuning_an_earlier_runs_model_keeps_its_vocabulary(earlier, tmp_path):
