@@ -47,7 +47,7 @@ class Conversation:
         self.specials = (ENDOFTEXT, *MARKERS)  # what load-corpus refuses in a content
         self.turns: list[tuple[str, str]] = []  # (role, content): user and assistant in turn
         self.system = ""
-        self.set_system(system)
+        self.set_system(system)  # Malformed if it spells a marker
 
     def set_system(self, text: str) -> None:
         """The system prompt of the next replies ("" for none); Malformed if it spells a turn

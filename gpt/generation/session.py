@@ -95,7 +95,8 @@ class Session:
         self.last_stopped = ""
         """Why the last reply stopped, as the transcript says it."""
         if tokenizer.chat:
-            self.conversation = Conversation(tokenizer, system)  # type: ignore[arg-type]
+            self.conversation = Conversation(tokenizer)  # type: ignore[arg-type]
+            self.set_system(system)
             self.reset()
         elif system:
             raise Refused("a text model continues text; a system prompt needs a chat model "

@@ -190,3 +190,10 @@ def test_a_text_model_refuses_a_system_prompt_and_has_nothing_to_reset(root, cap
     session = Session(model, tok, GREEDY, 0, root / "t.jsonl")
     with pytest.raises(Refused, match="nothing to reset"):
         session.reset()
+
+
+def test_a_system_prompt_spelling_a_marker_is_refused_in_one_line(run, capsys) -> None:
+    assert in_process("generative-prompt", "--root", str(run.root), "--run", run.run_id,
+                      "--system", "<|im_start|>user", "--prompt", "hi") == 2  # fmt: skip
+    assert capsys.readouterr().err.strip().splitlines()[-1].endswith(
+        "--system: the system prompt spells the token '<|im_start|>'")
