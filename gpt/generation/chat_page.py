@@ -197,13 +197,16 @@ class Handler(BaseHTTPRequestHandler):
             raise HTTPError(HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
                             f"the message is {len(content):,} characters; at most "
                             f"{MAX_LINE_CHARS:,}")  # fmt: skip
-        if tab.replying:
-            raise HTTPError(HTTPStatus.CONFLICT, "this conversation's reply is still streaming")
+        with self.server.tabs_lock:  # two requests of one tab at once: one replies
+            if tab.replying:
+                raise HTTPError(HTTPStatus.CONFLICT,
+                                "this conversation's reply is still streaming")
+            tab.replying = True
         try:
             prepared = tab.session.prepare(content)
         except Refused as e:
+            tab.replying = False
             raise HTTPError(HTTPStatus.BAD_REQUEST, str(e)) from None
-        tab.replying = True
         try:
             self.send_response(HTTPStatus.OK)
             self.send_header("Content-Type", "application/jsonl; charset=utf-8")
@@ -219,13 +222,13 @@ class Handler(BaseHTTPRequestHandler):
                 with contextlib.closing(tab.session.stream(prepared)) as pieces:
                     for piece in pieces:
                         self._event({"text": piece})  # a closed tab raises here: recorded
-                self._event({"end": tab.session.last_stopped})
-                self._chunk(b"")  # the body's end
             finally:
                 self.server.model_lock.release()
-        finally:
+        finally:  # before the end is sent: a client may ask again the moment it has it
             tab.replying = False
             tab.used = time.monotonic()
+        self._event({"end": tab.session.last_stopped})
+        self._chunk(b"")  # the body's end
 
     def _event(self, obj: dict[str, Any]) -> None:
         self._chunk(json.dumps(obj, ensure_ascii=False).encode() + b"\n")
