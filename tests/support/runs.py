@@ -171,6 +171,14 @@ STOPPABLE = {"max_iters": 100, "eval_interval": 50, "ckpt_interval": 50, "log_in
 TWO_RANKS = ["--standalone", "--nproc_per_node=2"]
 
 
+def why_ranks_failed(stderr: str) -> str:
+    """What a failed torchrun said: its ranks' error lines (a C++ abort's `what()`, a Python
+    error), which its own summary at the end pushes out of a tail, then that tail."""
+    said = [line for line in stderr.splitlines()
+            if any(w in line for w in ("Error", "error:", "what()", "terminate called"))]
+    return "\n".join(said[:20]) + "\n...\n" + stderr[-1500:]
+
+
 def uninterrupted(tmp_path_factory: pytest.TempPathFactory, ranks: int,
                   shard: bool = False) -> dict[str, torch.Tensor]:  # fmt: skip
     """The weights of TINY_DDP trained STOPPABLE by `ranks` ranks (1 or 2), sharded (--shard) or
@@ -192,7 +200,7 @@ def uninterrupted_run(tmp_path_factory: pytest.TempPathFactory, ranks: int,
             assert train(folder, "whole", *flags) == 0
             return
         done = train_cli(folder, "whole", *flags, torchrun=TWO_RANKS)
-        assert done.returncode == 0, done.stderr[-2000:]
+        assert done.returncode == 0, why_ranks_failed(done.stderr)
 
     name = f"uninterrupted-{ranks}{'-sharded' if shard else ''}"
     return RunDir.of(made_once(tmp_path_factory, name, run), "whole")
