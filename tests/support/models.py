@@ -17,7 +17,7 @@ from gpt.models.export import save_export
 from gpt.models.model import GPT, GPTConfig
 from gpt.rundir.layout import RunDir
 from gpt.tokenizer.kinds import Tokenizer
-from support.runs import ONE_THREAD, TINY_MODEL
+from support.runs import ONE_THREAD, TINY_MODEL, in_process
 
 RUN = "t"  # the run `export` writes
 ENV = {**os.environ, **ONE_THREAD, "PYTHONUNBUFFERED": "1"}
@@ -69,19 +69,17 @@ def one_shot(rundir: RunDir, *extra: str) -> subprocess.CompletedProcess:
 
 
 def cli_replies(run: RunDir, prompts: list[str], n: int, *extra: str) -> list[str]:
-    """Our CLI's greedy replies of `n` tokens (one process, --prompt repeated), as its
-    transcript records them: what a server of the run's model/ must answer."""
+    """Our CLI's greedy replies of `n` tokens (--prompt repeated), as its transcript records
+    them: what a server of the run's model/ must answer."""
     return [record["reply"] for record in cli_transcript(run, prompts, n, *extra)]
 
 
 def cli_transcript(run: RunDir, prompts: list[str], n: int, *extra: str) -> list[dict]:
-    """The transcript's records of `cli_replies`'s run (`extra`: more flags, --system S)."""
+    """The transcript's records of `cli_replies`'s run (`extra`: more flags, --system S): the
+    CLI in this process (`in_process`, one thread as the CLI's processes here), not one more
+    interpreter to start."""
     flags = [a for prompt in prompts for a in ("--prompt", prompt)]
-    out = subprocess.run(
-        [sys.executable, "-m", "gpt", "generative-prompt", "--root", str(run.root), "--run",
-         run.run_id, "--temperature", "0", "--max_new_tokens", str(n), *flags, *extra],
-        capture_output=True, text=True, timeout=120, env=ENV,
-    )  # fmt: skip
-    assert out.returncode == 0, out.stderr
+    assert in_process("generative-prompt", "--root", str(run.root), "--run", run.run_id,
+                      "--temperature", "0", "--max_new_tokens", str(n), *flags, *extra) == 0
     lines = run.transcript_jsonl.read_text().splitlines()
     return [json.loads(line) for line in lines[-len(prompts):]]

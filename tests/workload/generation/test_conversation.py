@@ -131,7 +131,6 @@ def test_replies_end_with_the_turn_continue_the_conversation_and_reset_starts_ov
                       str(transcript), "--chat", "true", "--block_size", "48") == 0
 
 
-@pytest.mark.process
 def test_the_cli_holds_one_conversation_over_its_prompts_as_transformers_generates(
         run, hf_tok, loaded):  # fmt: skip
     """--system and repeated --prompt: one conversation; each reply is transformers' greedy
