@@ -154,10 +154,9 @@ def transcript_markdown(run_id: str, files: dict[str, bytes]) -> str:
         if "conversation" in turn and turn["conversation"] != conversation:
             conversation = turn["conversation"]
             parts.append(f"\n## Conversation `{conversation}`\n")
-            system = next((m.get("content", "") for m in turn.get("messages", [])[:1]
-                           if m.get("role") == "system"), "")  # fmt: skip
-            if system:
-                parts.append(f"\n_System prompt:_ {system}\n")
+            first = (turn.get("messages") or [{}])[0]
+            if first.get("role") == "system" and first.get("content"):
+                parts.append(f"\n_System prompt:_ {first['content']}\n")
         prompt, reply = turn.get("prompt", ""), turn.get("reply", "")
         quoted = "\n".join("> " + line for line in prompt.splitlines() or [""])
         fence = code_fence(reply)

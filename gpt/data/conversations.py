@@ -41,7 +41,6 @@ from gpt.tokenizer.chat import (
     token_lengths,
 )
 from gpt.tokenizer.kinds import GPT2Tokenizer
-from gpt.tokenizer.ranks import ENDOFTEXT
 
 CONVERSATIONS_AT_ONCE = 4096  # conversations read back at a time while packing
 COUNT_EVERY = 1 << 20  # ids held before they are counted (a bincount a conversation is slow)
@@ -55,7 +54,6 @@ class Conversations:
     def __init__(self, tok: GPT2Tokenizer, scratch: Path, limit: int) -> None:
         self.tok, self.limit = tok, limit
         self.renderer = Renderer(tok.bpe)
-        self.specials = (ENDOFTEXT, *MARKERS)
         self.paths = {k: scratch / f"chat.{k}" for k in ("ids", "counted", "lengths")}
         for path in self.paths.values():
             path.write_bytes(b"")
@@ -88,7 +86,7 @@ class Conversations:
                     out.skip("null")
                     continue
                 try:
-                    turns = check(messages, self.specials)
+                    turns = check(messages)
                 except Malformed as e:
                     raise InputError(f"--source {origin!r}: {where}: {e}") from None
                 rendered = self.renderer.render(turns, self.limit)

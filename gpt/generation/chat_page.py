@@ -290,7 +290,8 @@ def serve(server: ChatServer, idle_timeout: float, say: Callable[[str], None]) -
         while True:
             time.sleep(0.5)
             if idle_timeout and time.monotonic() - server.last_request > idle_timeout:
-                busy = any(tab.replying for tab in server.tabs.values())
+                with server.tabs_lock:  # a tab may open meanwhile
+                    busy = any(tab.replying for tab in server.tabs.values())
                 if not busy:
                     return f"no request for {idle_timeout:g} s"
     except KeyboardInterrupt:

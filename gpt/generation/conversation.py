@@ -14,9 +14,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gpt.tokenizer.chat import MARKERS, Renderer, check
+from gpt.tokenizer.chat import Malformed, Renderer, spelled_special
 from gpt.tokenizer.kinds import GPT2Tokenizer
-from gpt.tokenizer.ranks import ENDOFTEXT
 
 
 def reply_room(block_size: int, max_new_tokens: int) -> int:
@@ -44,7 +43,6 @@ class Conversation:
 
     def __init__(self, tokenizer: GPT2Tokenizer, system: str = "") -> None:
         self.renderer = Renderer(tokenizer.bpe)
-        self.specials = (ENDOFTEXT, *MARKERS)  # what load-corpus refuses in a content
         self.turns: list[tuple[str, str]] = []  # (role, content): user and assistant in turn
         self.system = ""
         self.set_system(system)  # Malformed if it spells a marker
@@ -52,9 +50,7 @@ class Conversation:
     def set_system(self, text: str) -> None:
         """The system prompt of the next replies ("" for none); Malformed if it spells a turn
         marker."""
-        if text:
-            check([{"role": "system", "content": text},
-                   {"role": "assistant", "content": ""}], self.specials)  # fmt: skip
+        _refuse_specials(text)
         self.system = text
 
     def reset(self) -> None:
@@ -69,12 +65,11 @@ class Conversation:
     def prompt(self, user: str, block_size: int, room: int) -> Prompt:
         """The ids for a reply to `user` after the turns so far, within `block_size - room`
         ids. Malformed if `user` spells a marker; TooLong if it does not fit even alone."""
-        check([{"role": "user", "content": user}, {"role": "assistant", "content": ""}],
-              self.specials)  # fmt: skip
+        _refuse_specials(user)
         budget = block_size - room
         head = [self.renderer.turn("system", self.system)[0]] if self.system else []
-        newest = [*head, self.renderer.turn("user", user)[0], self.renderer.reply_prefix()]
-        used = sum(len(ids) for ids in newest)
+        newest = [self.renderer.turn("user", user)[0], self.renderer.reply_prefix()]
+        used = sum(len(ids) for ids in head + newest)
         if used > budget:
             raise TooLong(f"the message is {used} tokens with the system prompt and the reply's "
                           f"start; the model reads {budget} before a reply of up to {room}: "
@@ -90,9 +85,16 @@ class Conversation:
             history[:0] = exchange
             used += size
             kept += 2
-        ids = np.concatenate([*head, *history, *newest[len(head) :]])
+        ids = np.concatenate([*head, *history, *newest])
         return Prompt(ids.tolist(), dropped=len(self.turns) - kept)
 
     def add(self, user: str, reply: str) -> None:
         """Record an exchange: the user's turn and the reply the model gave."""
         self.turns += [("user", user), ("assistant", reply)]
+
+
+def _refuse_specials(content: str) -> None:
+    """Malformed, saying which, if `content` spells a special token (the chat format's own
+    refusal, which load-corpus makes too: a server would read it as the token)."""
+    if spelled := spelled_special(content):
+        raise Malformed(f"spells the token {spelled!r}")

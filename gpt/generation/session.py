@@ -21,7 +21,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from gpt.config.configs import SamplingConfig
-from gpt.generation.conversation import Conversation, reply_room
+from gpt.generation.conversation import Conversation, TooLong, reply_room
 from gpt.generation.sampling import generate, new_generator
 from gpt.models.export import eos_ids
 from gpt.models.model import GPT
@@ -45,11 +45,6 @@ class Prepared:
     """Characters the tokenizer lacks, replaced (a character tokenizer's only)."""
     dropped: int = 0
     """Turns at the start of the conversation the model does not see (a chat model's)."""
-
-
-def _why(e: Malformed) -> str:
-    """What is wrong with a content, from check()'s line about its record's message."""
-    return str(e).split(": ", 1)[-1].removeprefix("its content ")
 
 
 class _Streamed:
@@ -120,7 +115,7 @@ class Session:
         try:
             self.conversation.set_system(text)
         except Malformed as e:
-            raise Refused(f"the system prompt {_why(e)}") from None
+            raise Refused(f"the system prompt {e}") from None
 
     def prepare(self, text: str) -> Prepared:
         """The ids for a reply to `text`, with what to tell the person; Refused if none."""
@@ -130,8 +125,8 @@ class Session:
             try:
                 prompt = self.conversation.prompt(text, block_size, room)
             except Malformed as e:
-                raise Refused(f"your message {_why(e)}; not sent") from None
-            except ValueError as e:  # TooLong
+                raise Refused(f"your message {e}; not sent") from None
+            except TooLong as e:
                 raise Refused(str(e)) from None
             notes = [f"the model no longer sees the first {prompt.dropped} turn(s) of this "
                      "conversation; /reset starts over"] if prompt.dropped else []  # fmt: skip

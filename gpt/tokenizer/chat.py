@@ -19,15 +19,18 @@ stop; never the markers and roles around it, nor the system's and user's turns.
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import tiktoken
 
+from gpt.tokenizer.ranks import ENDOFTEXT
+
 IM_START, IM_END = "<|im_start|>", "<|im_end|>"
 MARKERS = (IM_START, IM_END)  # appended to a chat tokenizer's vocabulary, in this order
 ROLES = ("system", "user", "assistant")
+# What a content may not spell: a server would read each as the token, not as text
+SPECIALS = (ENDOFTEXT, *MARKERS)
 
 TEMPLATE = (
     "{%- for message in messages -%}"
@@ -47,10 +50,15 @@ class Malformed(ValueError):
     record)."""
 
 
-def check(messages: object, specials: Sequence[str]) -> list[tuple[str, str]]:
+def spelled_special(content: str) -> str | None:
+    """The first of SPECIALS that `content` spells, if any."""
+    return next((s for s in SPECIALS if s in content), None)
+
+
+def check(messages: object) -> list[tuple[str, str]]:
     """The (role, content) turns of a record's `messages`, or Malformed: not a list of objects
     with a known role and a string content, no assistant turn, a content spelling one of
-    `specials` (which a server would read as the token)."""
+    SPECIALS."""
     if not isinstance(messages, list) or not messages:
         raise Malformed(f"'messages' is {_what(messages)}, not a non-empty array of messages")
     turns = []
@@ -62,7 +70,7 @@ def check(messages: object, specials: Sequence[str]) -> list[tuple[str, str]]:
             raise Malformed(f"message {n}: role {role!r} is not one of {', '.join(ROLES)}")
         if not isinstance(content, str):
             raise Malformed(f"message {n} ({role}): content is {_what(content)}, not a string")
-        if spelled := next((s for s in specials if s in content), None):
+        if spelled := spelled_special(content):
             raise Malformed(f"message {n} ({role}): its content spells the token {spelled!r}")
         turns.append((role, content))
     if not any(role == "assistant" for role, _ in turns):
